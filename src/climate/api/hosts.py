@@ -1,0 +1,131 @@
+"""/v1/os-hosts: inventory, allocations and properties of physical hosts."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from climate import wire
+from climate.api.deps import ActorDep, BodyDep, ServicesDep
+from climate.api.parsing import json_object, optional_date
+from climate.services.hosts import HostAllocations
+
+router = APIRouter(prefix="/v1/os-hosts", tags=["hosts"])
+
+
+def _allocation(found: HostAllocations) -> dict[str, object]:
+    return {
+        "resource_id": str(found.host_id),
+        "reservations": [
+            {
+                "id": row.reservation_id,
+                "lease_id": row.lease_id,
+                "start_date": wire.lease_date(row.start),
+                "end_date": wire.lease_date(row.end),
+            }
+            for row in found.reservations
+        ],
+    }
+
+
+@router.get("")
+def list_hosts(services: ServicesDep, actor: ActorDep) -> JSONResponse:
+    return JSONResponse({"hosts": [wire.host(h) for h in services.hosts.list_all(actor)]})
+
+
+@router.post("", status_code=201)
+def create_host(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
+    fields = json_object(body)
+    name = fields.pop("name", None)
+    host = services.hosts.create(actor, name, fields)
+    return JSONResponse({"host": wire.host(host)}, status_code=201)
+
+
+@router.get("/allocations")
+def list_allocations(
+    services: ServicesDep,
+    actor: ActorDep,
+    lease_id: str | None = None,
+    reservation_id: str | None = None,
+    start_date: str | None = None,
+    end_date: str | None = None,
+) -> JSONResponse:
+    found = services.hosts.allocations(
+        actor,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        start=optional_date("start_date", start_date),
+        end=optional_date("end_date", end_date),
+    )
+    return JSONResponse({"allocations": [_allocation(a) for a in found]})
+
+
+@router.get("/properties")
+def list_properties(
+    services: ServicesDep, actor: ActorDep, detail: str = "False", all: str = "False"
+) -> JSONResponse:
+    found = services.hosts.properties(actor, include_private=all.lower() == "true")
+    if detail.lower() == "true":
+        body = [{"property": p.name, "private": p.private, "values": p.values} for p in found]
+    else:
+        body = [{"property": p.name} for p in found]
+    return JSONResponse({"resource_properties": body})
+
+
+@router.patch("/properties/{name}")
+def update_property(
+    services: ServicesDep, actor: ActorDep, name: str, body: BodyDep
+) -> JSONResponse:
+    setting = services.hosts.set_property_private(actor, name, json_object(body).get("private"))
+    return JSONResponse(
+        {
+            "resource_property": {
+                "id": setting.id,
+                "resource_type": setting.resource_type,
+                "property_name": setting.property_name,
+                "private": setting.private,
+                "created_at": wire.stamp(setting.created_at),
+                "updated_at": wire.stamp(setting.updated_at),
+            }
+        }
+    )
+
+
+@router.get("/{host_id}")
+def show_host(services: ServicesDep, actor: ActorDep, host_id: str) -> JSONResponse:
+    return JSONResponse({"host": wire.host(services.hosts.get(actor, host_id))})
+
+
+@router.put("/{host_id}")
+def update_host(
+    services: ServicesDep, actor: ActorDep, host_id: str, body: BodyDep
+) -> JSONResponse:
+    host = services.hosts.update(actor, host_id, json_object(body))
+    return JSONResponse({"host": wire.host(host)})
+
+
+@router.delete("/{host_id}", status_code=204)
+def delete_host(services: ServicesDep, actor: ActorDep, host_id: str) -> Response:
+    services.hosts.delete(actor, host_id)
+    return Response(status_code=204)
+
+
+@router.get("/{host_id}/allocation")
+def show_allocation(
+    services: ServicesDep,
+    actor: ActorDep,
+    host_id: str,
+    lease_id: str | None = None,
+    reservation_id: str | None = None,
+    start_date: str | None = None,
+    end_date: str | None = None,
+) -> JSONResponse:
+    found = services.hosts.allocations(
+        actor,
+        host_id=host_id,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        start=optional_date("start_date", start_date),
+        end=optional_date("end_date", end_date),
+    )
+    return JSONResponse({"allocation": _allocation(found[0])})

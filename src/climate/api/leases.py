@@ -1,0 +1,49 @@
+"""/v1/leases"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from climate import wire
+from climate.api.deps import ActorDep, BodyDep, ServicesDep
+from climate.api.parsing import json_object, lease_changes, lease_request
+
+router = APIRouter(prefix="/v1/leases", tags=["leases"])
+
+
+@router.get("")
+def list_leases(
+    services: ServicesDep,
+    actor: ActorDep,
+    project_id: str | None = None,
+    status: str | None = None,
+    name: str | None = None,
+) -> JSONResponse:
+    leases = services.leases.list_all(actor, project_id=project_id, status=status, name=name)
+    return JSONResponse({"leases": [wire.lease(lease) for lease in leases]})
+
+
+@router.post("", status_code=201)
+def create_lease(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
+    lease = services.leases.create(actor, lease_request(json_object(body)))
+    return JSONResponse({"lease": wire.lease(lease)}, status_code=201)
+
+
+@router.get("/{lease_id}")
+def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
+    return JSONResponse({"lease": wire.lease(services.leases.get(actor, lease_id))})
+
+
+@router.put("/{lease_id}")
+def update_lease(
+    services: ServicesDep, actor: ActorDep, lease_id: str, body: BodyDep
+) -> JSONResponse:
+    lease = services.leases.update(actor, lease_id, lease_changes(json_object(body)))
+    return JSONResponse({"lease": wire.lease(lease)})
+
+
+@router.delete("/{lease_id}", status_code=204)
+def delete_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> Response:
+    services.leases.delete(actor, lease_id)
+    return Response(status_code=204)

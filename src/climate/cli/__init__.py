@@ -1,0 +1,1 @@
+"""The ``climate`` command."""

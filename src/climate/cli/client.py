@@ -1,0 +1,164 @@
+"""``climate host ...`` and ``climate lease ...``: friendly commands over the HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import httpx
+
+from climate.cli.output import record, render_json, table
+
+
+class ApiClient:
+    def __init__(self, url: str, token: str | None, project: str | None, roles: str | None) -> None:
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["X-Auth-Token"] = token
+        if project:
+            headers["X-Project-Id"] = project
+            headers["X-Roles"] = roles or "member"
+        self.http = httpx.Client(base_url=url.rstrip("/") + "/v1", headers=headers, timeout=30)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self.http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise SystemExit(f"error: cannot reach {self.http.base_url}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error_message", response.text)
+            except ValueError:
+                message = response.text
+            raise SystemExit(f"error ({response.status_code}): {message}")
+        return response.json() if response.content else None
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("CLIMATE_URL", "http://127.0.0.1:1234"))
+    parser.add_argument("--token", default=os.environ.get("CLIMATE_TOKEN"))
+    parser.add_argument(
+        "--project",
+        default=os.environ.get("CLIMATE_PROJECT"),
+        help="act as this project (noauth mode)",
+    )
+    parser.add_argument("--roles", default=os.environ.get("CLIMATE_ROLES"))
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def _extras(pairs: list[str]) -> dict[str, str]:
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --extra wants key=value, not {pair!r}")
+        found[key] = value
+    return found
+
+
+def _show(args: argparse.Namespace, data: Any, columns: list[str] | None = None) -> None:
+    if args.json:
+        print(render_json(data))
+    elif columns is not None:
+        print(table(data, columns))
+    else:
+        print(record(data))
+
+
+def host_command(args: argparse.Namespace) -> None:
+    api = ApiClient(args.url, args.token, args.project, args.roles)
+    if args.action == "list":
+        hosts = api.call("GET", "/os-hosts")["hosts"]
+        _show(args, hosts, ["id", "hypervisor_hostname", "vcpus", "memory_mb", "local_gb"])
+    elif args.action == "show":
+        _show(args, api.call("GET", f"/os-hosts/{args.host}")["host"])
+    elif args.action == "create":
+        body: dict[str, Any] = {"name": args.name, **_extras(args.extra)}
+        _show(args, api.call("POST", "/os-hosts", body)["host"])
+    elif args.action == "update":
+        _show(args, api.call("PUT", f"/os-hosts/{args.host}", _extras(args.extra))["host"])
+    elif args.action == "delete":
+        api.call("DELETE", f"/os-hosts/{args.host}")
+        print(f"Deleted host {args.host}")
+
+
+def lease_command(args: argparse.Namespace) -> None:
+    api = ApiClient(args.url, args.token, args.project, args.roles)
+    if args.action == "list":
+        leases = api.call("GET", "/leases")["leases"]
+        _show(args, leases, ["id", "name", "status", "start_date", "end_date"])
+    elif args.action == "show":
+        _show(args, api.call("GET", f"/leases/{args.lease}")["lease"])
+    elif args.action == "create":
+        reservation: dict[str, Any] = {
+            "resource_type": "physical:host",
+            "min": args.min,
+            "max": args.max if args.max is not None else args.min,
+            "hypervisor_properties": "",
+            "resource_properties": args.properties or "",
+        }
+        body = {
+            "name": args.name,
+            "start_date": args.start,
+            "end_date": args.end,
+            "reservations": [reservation],
+            "events": [],
+        }
+        _show(args, api.call("POST", "/leases", body)["lease"])
+    elif args.action == "update":
+        changes: dict[str, Any] = {}
+        if args.name:
+            changes["name"] = args.name
+        if args.end:
+            changes["end_date"] = args.end
+        if args.start:
+            changes["start_date"] = args.start
+        _show(args, api.call("PUT", f"/leases/{args.lease}", changes)["lease"])
+    elif args.action == "delete":
+        api.call("DELETE", f"/leases/{args.lease}")
+        print(f"Deleted lease {args.lease}")
+
+
+def register(sub: Any) -> None:
+    host = sub.add_parser("host", help="manage reservable hosts (admin)")
+    host_actions = host.add_subparsers(dest="action", required=True)
+    add_client_options(host_actions.add_parser("list"))
+    for action in ("show", "delete"):
+        p = host_actions.add_parser(action)
+        p.add_argument("host", help="host id")
+        add_client_options(p)
+    p = host_actions.add_parser("create")
+    p.add_argument("name")
+    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE")
+    add_client_options(p)
+    p = host_actions.add_parser("update")
+    p.add_argument("host")
+    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE")
+    add_client_options(p)
+    host.set_defaults(func=host_command)
+
+    lease = sub.add_parser("lease", help="create and manage leases")
+    lease_actions = lease.add_subparsers(dest="action", required=True)
+    add_client_options(lease_actions.add_parser("list"))
+    for action in ("show", "delete"):
+        p = lease_actions.add_parser(action)
+        p.add_argument("lease", help="lease id")
+        add_client_options(p)
+    p = lease_actions.add_parser("create", help="reserve hosts for a window")
+    p.add_argument("name")
+    p.add_argument("--start", default="now", help="'now', 'YYYY-MM-DD HH:MM' (UTC) or ISO 8601")
+    p.add_argument("--end", required=True)
+    p.add_argument("--min", type=int, default=1, help="hosts wanted at least")
+    p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
+    p.add_argument(
+        "--properties", help='resource_properties query, e.g. \'["==", "$gpu", "a100"]\''
+    )
+    add_client_options(p)
+    p = lease_actions.add_parser("update")
+    p.add_argument("lease")
+    p.add_argument("--name")
+    p.add_argument("--start")
+    p.add_argument("--end")
+    add_client_options(p)
+    lease.set_defaults(func=lease_command)

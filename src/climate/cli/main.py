@@ -1,0 +1,183 @@
+"""``climate``: run the service, migrate the database, manage tokens, hosts and leases."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from climate.cli import client
+from climate.cli.output import render_json, table
+from climate.config import Settings, load_settings
+from climate.db import migrate
+from climate.db.engine import Database
+from climate.errors import ClimateError
+from climate.runtime import build_context, build_workers, open_database
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        args.config,
+        database_url=getattr(args, "database_url", None),
+        bind_host=getattr(args, "host", None),
+        port=getattr(args, "port", None),
+    )
+
+
+def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
+    import uvicorn
+
+    settings = _settings(args)
+    if api:
+        settings.check_bind(settings.bind_host, force=args.allow_noauth_public)
+    is_sqlite = settings.effective_database_url.startswith("sqlite")
+    db = open_database(settings, upgrade=args.command == "serve" or is_sqlite)
+    ctx = build_context(settings, db)
+    workers = build_workers(ctx) if manager else None
+    if workers is not None:
+        workers.start(watch=not api or db.dialect != "sqlite")
+    if not api:
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        print(f"climate manager running on {db.url}", flush=True)
+        stop.wait()
+        assert workers is not None
+        workers.stop()
+        return
+    if args.workers > 1:
+        os.environ["CLIMATE_DATABASE_URL"] = settings.effective_database_url
+        if args.config:
+            os.environ["CLIMATE_CONFIG"] = args.config
+        uvicorn.run(
+            "climate.runtime:app_factory",
+            factory=True,
+            host=settings.bind_host,
+            port=settings.port,
+            workers=args.workers,
+            log_level="warning",
+        )
+        return
+    from climate.api.app import create_app
+
+    print(
+        f"climate listening on http://{settings.bind_host}:{settings.port} ({db.url})", flush=True
+    )
+    try:
+        uvicorn.run(
+            create_app(ctx),
+            host=settings.bind_host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+        )
+    finally:
+        if workers is not None:
+            workers.stop()
+
+
+def _db(args: argparse.Namespace) -> None:
+    settings = _settings(args)
+    db = Database(settings.effective_database_url)
+    if args.action == "upgrade":
+        migrate.upgrade(db)
+    print(f"{db.url}: schema at {migrate.current_revision(db)} (head {migrate.head_revision(db)})")
+
+
+def _token(args: argparse.Namespace) -> None:
+    from climate.services.tokens import TokenService
+
+    settings = _settings(args)
+    db = open_database(settings, upgrade=settings.effective_database_url.startswith("sqlite"))
+    tokens = TokenService(build_context(settings, db))
+    if args.action == "create":
+        expires = dt.timedelta(days=args.days) if args.days else None
+        issued = tokens.issue(args.name, args.user, args.project, args.roles.split(","), expires)
+        print(issued.token)
+    elif args.action == "list":
+        rows = [
+            {
+                "id": t.id,
+                "name": t.name,
+                "user": t.user_id,
+                "project": t.project_id,
+                "roles": t.roles,
+                "expires_at": t.expires_at,
+                "revoked_at": t.revoked_at,
+            }
+            for t in tokens.list_all()
+        ]
+        print(render_json(rows) if args.json else table(rows, list(rows[0]) if rows else ["id"]))
+    else:
+        tokens.revoke(args.id)
+        print(f"Revoked token {args.id}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="climate", description=__doc__)
+    parser.add_argument("--config", help="TOML settings file (default: $CLIMATE_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("serve", "API and manager in one process (migrates the database first)"),
+        ("api", "the HTTP API only"),
+        ("manager", "the event manager and notification delivery only"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--database-url")
+        if name != "manager":
+            p.add_argument("--host", help="listen address (default 127.0.0.1)")
+            p.add_argument("--port", type=int, help="listen port (default 1234)")
+            p.add_argument(
+                "--allow-noauth-public",
+                action="store_true",
+                help="serve noauth on a non-loopback address anyway",
+            )
+            p.add_argument("--workers", type=int, default=1, help="API processes (api only)")
+    p = sub.add_parser("db", help="database schema")
+    p.add_argument("action", choices=["upgrade", "current"])
+    p.add_argument("--database-url")
+    p = sub.add_parser("token", help="API tokens for auth = 'token'")
+    p.add_argument("--database-url")
+    token_actions = p.add_subparsers(dest="action", required=True)
+    t = token_actions.add_parser("create", help="issue a token; prints it once")
+    t.add_argument("name")
+    t.add_argument("--user", required=True)
+    t.add_argument("--project", required=True)
+    t.add_argument("--roles", default="member", help="comma-separated, e.g. admin,member")
+    t.add_argument("--days", type=int, help="expire after this many days")
+    t = token_actions.add_parser("list")
+    t.add_argument("--json", action="store_true")
+    t = token_actions.add_parser("revoke")
+    t.add_argument("id")
+    client.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        if args.command == "serve":
+            _serve(args, api=True, manager=True)
+        elif args.command == "api":
+            _serve(args, api=True, manager=False)
+        elif args.command == "manager":
+            _serve(args, api=False, manager=True)
+        elif args.command == "db":
+            _db(args)
+        elif args.command == "token":
+            _token(args)
+        else:
+            args.func(args)
+    except ClimateError as exc:
+        sys.exit(f"error: {exc.message}")

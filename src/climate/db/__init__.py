@@ -1,0 +1,1 @@
+"""The only place that speaks SQL: tables, engine and sessions, repository queries, migrations."""

@@ -1,0 +1,99 @@
+"""Engine and session factory. One ``Database`` per process, built at the entry point."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, text, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
+
+from climate.db.tables import Lock
+
+ADMISSION_LOCK = "admission"
+
+
+class Database:
+    """Owns the engine; hands out sessions, each one transaction that commits or rolls back."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.engine = _make_engine(url, echo)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextlib.contextmanager
+    def transaction(self, *, lock: str | None = None) -> Iterator[Session]:
+        """One transaction; with ``lock``, serialised against every other holder of that lock.
+
+        The lock is taken first thing, which on SQLite makes the transaction a writer from its
+        first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
+        a row lock until commit.
+        """
+        with self._sessions() as session, session.begin():
+            session.connection(execution_options={"climate_write": True})
+            if lock is not None:
+                session.execute(
+                    update(Lock).where(Lock.name == lock).values(version=Lock.version + 1)
+                )
+            yield session
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[Session]:
+        """A read-only transaction: a consistent snapshot that never blocks writers."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _make_engine(url: str, echo: bool) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            echo=echo,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            poolclass=NullPool if path in ("", ":memory:") else None,
+        )
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy's "begin" event emit BEGIN itself, so that transactions really start there.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _sqlite_on_begin(connection: Any) -> None:
+    # A writer takes the write lock at BEGIN: in WAL mode a reader that later writes fails with
+    # SQLITE_BUSY_SNAPSHOT when another writer committed in between, whatever the busy timeout.
+    write = connection.get_execution_options().get("climate_write", False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def ensure_locks(session: Session) -> None:
+    """Insert the lock rows if missing (migrations create them; tests may start from metadata)."""
+    exists = session.execute(text("SELECT 1 FROM locks WHERE name = :n"), {"n": ADMISSION_LOCK})
+    if exists.first() is None:
+        session.add(Lock(name=ADMISSION_LOCK, version=0))

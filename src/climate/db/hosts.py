@@ -1,0 +1,251 @@
+"""Host inventory and host allocation queries."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from climate.db.tables import Host, HostAllocation, HostProperty, Lease, ResourceProperty
+from climate.db.types import as_utc
+from climate.planner.hosts import HostCalendar
+
+RESOURCE_TYPE = "physical:host"
+# How far around a window we look for neighbouring allocations when scoring fit.
+LOOKAROUND = dt.timedelta(days=30)
+
+
+def get(session: Session, host_id: int) -> Host | None:
+    return session.get(Host, host_id)
+
+
+def get_by_name(session: Session, name: str) -> Host | None:
+    return session.scalars(select(Host).where(Host.hypervisor_hostname == name)).first()
+
+
+def list_all(session: Session) -> Sequence[Host]:
+    return session.scalars(select(Host).order_by(Host.id)).all()
+
+
+def list_reservable(session: Session) -> Sequence[Host]:
+    return session.scalars(select(Host).where(Host.reservable.is_(True)).order_by(Host.id)).all()
+
+
+def add(session: Session, host: Host) -> Host:
+    session.add(host)
+    session.flush()
+    return host
+
+
+def set_properties(session: Session, host: Host, changes: dict[str, str | None]) -> None:
+    """Set (or, for None, remove) extra properties of ``host``."""
+    current = {p.name: p for p in host.properties}
+    for name, value in changes.items():
+        if value is None:
+            if name in current:
+                host.properties.remove(current[name])
+        elif name in current:
+            current[name].value = value
+        else:
+            host.properties.append(HostProperty(name=name, value=value))
+    session.flush()
+
+
+def remove(session: Session, host: Host) -> None:
+    session.execute(delete(HostAllocation).where(HostAllocation.host_id == host.id))
+    session.delete(host)
+    session.flush()
+
+
+def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[str]:
+    """Ids of the leases with an allocation of ``host_id`` that ends after ``since``."""
+    rows = session.execute(
+        select(HostAllocation.lease_id)
+        .where(HostAllocation.host_id == host_id, HostAllocation.end_date > since)
+        .distinct()
+        .order_by(HostAllocation.lease_id)
+    )
+    return [r[0] for r in rows]
+
+
+def calendars(
+    session: Session,
+    hosts: Iterable[Host],
+    start: dt.datetime,
+    end: dt.datetime,
+    exclude_reservations: Collection[str] = (),
+) -> list[HostCalendar]:
+    """The planner's view of ``hosts`` around [start, end): three range scans, no query per host."""
+    by_id = {h.id: h for h in hosts}
+    if not by_id:
+        return []
+    ids = list(by_id)
+    excluded = HostAllocation.reservation_id.not_in(list(exclude_reservations))
+    busy: dict[int, list[tuple[dt.datetime, dt.datetime]]] = {i: [] for i in ids}
+    overlapping = select(HostAllocation.host_id, HostAllocation.start_date, HostAllocation.end_date)
+    overlapping = overlapping.where(
+        HostAllocation.start_date < end, HostAllocation.end_date > start, excluded
+    )
+    for host_id, s, e in session.execute(overlapping):
+        if host_id in busy:
+            busy[host_id].append((s, e))
+    previous: dict[int, object] = dict(
+        session.execute(
+            select(HostAllocation.host_id, func.max(HostAllocation.end_date))
+            .where(
+                HostAllocation.end_date <= start,
+                HostAllocation.end_date > start - LOOKAROUND,
+                excluded,
+            )
+            .group_by(HostAllocation.host_id)
+        ).all()
+    )
+    following: dict[int, object] = dict(
+        session.execute(
+            select(HostAllocation.host_id, func.min(HostAllocation.start_date))
+            .where(
+                HostAllocation.start_date >= end,
+                HostAllocation.start_date < end + LOOKAROUND,
+                excluded,
+            )
+            .group_by(HostAllocation.host_id)
+        ).all()
+    )
+    return [
+        HostCalendar(
+            host_id=i,
+            name=by_id[i].hypervisor_hostname,
+            busy=tuple(sorted(busy[i])),
+            previous_end=_opt_utc(previous.get(i)),
+            next_start=_opt_utc(following.get(i)),
+        )
+        for i in ids
+    ]
+
+
+def replace_allocations(
+    session: Session,
+    reservation_id: str,
+    lease_id: str,
+    host_ids: Iterable[int],
+    start: dt.datetime,
+    end: dt.datetime,
+) -> None:
+    session.execute(delete(HostAllocation).where(HostAllocation.reservation_id == reservation_id))
+    session.flush()
+    session.add_all(
+        HostAllocation(
+            reservation_id=reservation_id,
+            lease_id=lease_id,
+            host_id=host_id,
+            start_date=start,
+            end_date=end,
+        )
+        for host_id in host_ids
+    )
+    session.flush()
+
+
+def truncate_allocations(session: Session, reservation_id: str, at: dt.datetime) -> None:
+    """End the reservation's allocations at ``at`` (drop those that had not begun)."""
+    session.execute(
+        delete(HostAllocation).where(
+            HostAllocation.reservation_id == reservation_id, HostAllocation.start_date >= at
+        )
+    )
+    for allocation in session.scalars(
+        select(HostAllocation).where(
+            HostAllocation.reservation_id == reservation_id, HostAllocation.end_date > at
+        )
+    ):
+        allocation.end_date = at
+    session.flush()
+
+
+def _opt_utc(value: object) -> dt.datetime | None:
+    return None if value is None else as_utc(value)
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+def allocations(
+    session: Session,
+    *,
+    host_ids: Collection[int] | None = None,
+    lease_id: str | None = None,
+    reservation_id: str | None = None,
+    project_id: str | None = None,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+) -> list[AllocationRow]:
+    """Allocations of live leases overlapping [start, end), filtered as asked, in one query."""
+    query = (
+        select(
+            HostAllocation.host_id,
+            HostAllocation.reservation_id,
+            HostAllocation.lease_id,
+            HostAllocation.start_date,
+            HostAllocation.end_date,
+        )
+        .join(Lease, Lease.id == HostAllocation.lease_id)
+        .where(Lease.deleted_at.is_(None))
+        .order_by(HostAllocation.host_id, HostAllocation.start_date)
+    )
+    if host_ids is not None:
+        query = query.where(HostAllocation.host_id.in_(list(host_ids)))
+    if lease_id is not None:
+        query = query.where(HostAllocation.lease_id == lease_id)
+    if reservation_id is not None:
+        query = query.where(HostAllocation.reservation_id == reservation_id)
+    if project_id is not None:
+        query = query.where(Lease.project_id == project_id)
+    if start is not None:
+        query = query.where(HostAllocation.end_date > start)
+    if end is not None:
+        query = query.where(HostAllocation.start_date < end)
+    return [AllocationRow(*row) for row in session.execute(query)]
+
+
+def property_settings(session: Session) -> dict[str, ResourceProperty]:
+    rows = session.scalars(
+        select(ResourceProperty).where(ResourceProperty.resource_type == RESOURCE_TYPE)
+    )
+    return {r.property_name: r for r in rows}
+
+
+def property_values(session: Session) -> dict[str, list[str]]:
+    """Every extra property name in use, with its distinct values."""
+    values: dict[str, list[str]] = {}
+    for name, value in session.execute(
+        select(HostProperty.name, HostProperty.value)
+        .distinct()
+        .order_by(HostProperty.name, HostProperty.value)
+    ):
+        values.setdefault(name, []).append(value)
+    return values
+
+
+def upsert_property_setting(
+    session: Session, name: str, private: bool, now: dt.datetime
+) -> ResourceProperty:
+    setting = property_settings(session).get(name)
+    if setting is None:
+        setting = ResourceProperty(
+            resource_type=RESOURCE_TYPE, property_name=name, private=private, created_at=now
+        )
+        session.add(setting)
+    else:
+        setting.private = private
+        setting.updated_at = now
+    session.flush()
+    return setting

@@ -1,0 +1,130 @@
+"""Lease, reservation and event rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from climate.db.tables import Event, Lease
+from climate.db.types import as_utc
+from climate.domain.status import EventStatus
+
+
+def get(session: Session, lease_id: str, *, project_id: str | None = None) -> Lease | None:
+    """A live (not deleted) lease; with ``project_id``, only if it belongs to that project."""
+    query = select(Lease).where(Lease.id == lease_id, Lease.deleted_at.is_(None))
+    if project_id is not None:
+        query = query.where(Lease.project_id == project_id)
+    return session.scalars(query).first()
+
+
+def get_for_update(session: Session, lease_id: str) -> Lease | None:
+    query = select(Lease).where(Lease.id == lease_id).with_for_update()
+    return session.scalars(query).first()
+
+
+def list_live(
+    session: Session,
+    *,
+    project_id: str | None = None,
+    status: str | None = None,
+    name: str | None = None,
+) -> Sequence[Lease]:
+    query = select(Lease).where(Lease.deleted_at.is_(None)).order_by(Lease.created_at, Lease.id)
+    if project_id is not None:
+        query = query.where(Lease.project_id == project_id)
+    if status is not None:
+        query = query.where(Lease.status == status)
+    if name is not None:
+        query = query.where(Lease.name == name)
+    return session.scalars(query).all()
+
+
+def name_taken(session: Session, project_id: str, name: str, *, other_than: str = "") -> bool:
+    query = (
+        select(func.count())
+        .select_from(Lease)
+        .where(
+            Lease.project_id == project_id,
+            Lease.name == name,
+            Lease.deleted_at.is_(None),
+            Lease.id != other_than,
+        )
+    )
+    return bool(session.scalar(query))
+
+
+def add(session: Session, lease: Lease) -> Lease:
+    session.add(lease)
+    session.flush()
+    return lease
+
+
+def drop_pending_events(session: Session, lease_id: str) -> None:
+    session.execute(
+        delete(Event).where(Event.lease_id == lease_id, Event.status == EventStatus.UNDONE)
+    )
+
+
+def next_due(session: Session) -> dt.datetime | None:
+    """When the earliest waiting event may run (including claims that will expire)."""
+    undone = session.scalar(
+        select(func.min(Event.not_before)).where(Event.status == EventStatus.UNDONE)
+    )
+    stale = session.scalar(
+        select(func.min(Event.claimed_until)).where(Event.status == EventStatus.IN_PROGRESS)
+    )
+    candidates = [as_utc(v) for v in (undone, stale) if v is not None]
+    return min(candidates) if candidates else None
+
+
+def due_events(session: Session, now: dt.datetime, limit: int) -> Sequence[Event]:
+    """Events that may run now, in execution order: time, then Blazar's same-time order."""
+    query = (
+        select(Event)
+        .where(
+            or_(
+                (Event.status == EventStatus.UNDONE) & (Event.not_before <= now),
+                (Event.status == EventStatus.IN_PROGRESS) & (Event.claimed_until <= now),
+            )
+        )
+        .order_by(Event.time, Event.priority, Event.id)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=Event)
+    return session.scalars(query).all()
+
+
+def claim(session: Session, event: Event, owner: str, now: dt.datetime, until: dt.datetime) -> bool:
+    """Take ``event`` for ``owner``; False if another manager took it first."""
+    result = session.execute(
+        update(Event)
+        .where(
+            Event.id == event.id,
+            Event.status == event.status,
+            Event.attempts == event.attempts,
+        )
+        .values(
+            status=EventStatus.IN_PROGRESS,
+            claimed_by=owner,
+            claimed_until=until,
+            attempts=Event.attempts + 1,
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+EVENTS_CHANNEL = "climate_events"
+
+
+def signal_event_change(session: Session) -> None:
+    """Wake managers in other processes at commit (PostgreSQL NOTIFY; SQLite managers watch the
+    database's change counter instead)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"NOTIFY {EVENTS_CHANNEL}"))

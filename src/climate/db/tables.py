@@ -1,0 +1,212 @@
+"""SQLAlchemy 2 models. Migrations in ``db/migrations`` create exactly these tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from climate.db.types import UTCDateTime
+
+NAME_LENGTH = 80
+ID_LENGTH = 36
+PROPERTY_NAME_LENGTH = 255
+PROPERTY_VALUE_LENGTH = 255
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dt.datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class Timestamped:
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class Lock(Base):
+    """Named rows whose update serialises a critical section on every database."""
+
+    __tablename__ = "locks"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Host(Timestamped, Base):
+    __tablename__ = "hosts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    hypervisor_hostname: Mapped[str] = mapped_column(String(255), unique=True)
+    service_name: Mapped[str | None] = mapped_column(String(255))
+    hypervisor_type: Mapped[str | None] = mapped_column(String(255))
+    hypervisor_version: Mapped[int | None] = mapped_column(Integer)
+    vcpus: Mapped[int | None] = mapped_column(Integer)
+    memory_mb: Mapped[int | None] = mapped_column(Integer)
+    local_gb: Mapped[int | None] = mapped_column(Integer)
+    cpu_info: Mapped[str | None] = mapped_column(Text)
+    reservable: Mapped[bool] = mapped_column(Boolean, default=True)
+    status: Mapped[str | None] = mapped_column(String(255))
+    trust_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    properties: Mapped[list[HostProperty]] = relationship(
+        back_populates="host", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+
+class HostProperty(Base):
+    __tablename__ = "host_properties"
+    host_id: Mapped[int] = mapped_column(
+        ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(PROPERTY_NAME_LENGTH), primary_key=True)
+    value: Mapped[str] = mapped_column(String(PROPERTY_VALUE_LENGTH))
+    host: Mapped[Host] = relationship(back_populates="properties")
+
+
+class ResourceProperty(Timestamped, Base):
+    """Per-property settings, like Blazar's resource_properties (visibility)."""
+
+    __tablename__ = "resource_properties"
+    __table_args__ = (UniqueConstraint("resource_type", "property_name"),)
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    resource_type: Mapped[str] = mapped_column(String(64))
+    property_name: Mapped[str] = mapped_column(String(PROPERTY_NAME_LENGTH))
+    private: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Lease(Timestamped, Base):
+    __tablename__ = "leases"
+    __table_args__ = (
+        Index("ix_leases_project", "project_id", "deleted_at"),
+        Index("ix_leases_status", "status"),
+    )
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    trust_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime]
+    before_end_date: Mapped[dt.datetime | None]
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    degraded: Mapped[bool] = mapped_column(Boolean, default=False)
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    reservations: Mapped[list[Reservation]] = relationship(
+        back_populates="lease", lazy="selectin", order_by="Reservation.created_at"
+    )
+    events: Mapped[list[Event]] = relationship(
+        back_populates="lease", lazy="selectin", order_by="Event.time"
+    )
+
+
+class Reservation(Timestamped, Base):
+    __tablename__ = "reservations"
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id"), index=True)
+    resource_type: Mapped[str] = mapped_column(String(64))
+    resource_id: Mapped[str] = mapped_column(String(ID_LENGTH), default=new_id)
+    status: Mapped[str] = mapped_column(String(16))
+    missing_resources: Mapped[bool] = mapped_column(Boolean, default=False)
+    resources_changed: Mapped[bool] = mapped_column(Boolean, default=False)
+    params: Mapped[dict[str, Any]]
+    lease: Mapped[Lease] = relationship(back_populates="reservations")
+    allocations: Mapped[list[HostAllocation]] = relationship(
+        back_populates="reservation", lazy="selectin", order_by="HostAllocation.host_id"
+    )
+
+
+class HostAllocation(Base):
+    """Host ``host_id`` belongs to ``reservation_id`` over [start_date, end_date)."""
+
+    __tablename__ = "host_allocations"
+    __table_args__ = (
+        Index("ix_host_allocations_start", "start_date"),
+        Index("ix_host_allocations_end", "end_date"),
+        Index("ix_host_allocations_host", "host_id", "start_date"),
+    )
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    reservation_id: Mapped[str] = mapped_column(ForeignKey("reservations.id"), index=True)
+    lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime]
+    reservation: Mapped[Reservation] = relationship(back_populates="allocations")
+
+
+class Event(Timestamped, Base):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_due", "status", "not_before"),)
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id"), index=True)
+    event_type: Mapped[str] = mapped_column(String(32))
+    time: Mapped[dt.datetime]
+    not_before: Mapped[dt.datetime]
+    """When the event may next run: its time, or later after a failed attempt."""
+    priority: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_until: Mapped[dt.datetime | None]
+    done_at: Mapped[dt.datetime | None]
+    lease: Mapped[Lease] = relationship(back_populates="events")
+
+
+class OutboxMessage(Base):
+    """A notification to deliver to one URL, written in the transaction that caused it."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_due", "status", "next_attempt_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topic: Mapped[str] = mapped_column(String(64))
+    lease_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    payload: Mapped[dict[str, Any]]
+    url: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[dt.datetime]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+    delivered_at: Mapped[dt.datetime | None]
+
+
+class Assignment(Base):
+    """The standalone backend's record of which project holds which resource, and when."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (UniqueConstraint("reservation_id", "resource_type", "resource_id"),)
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    reservation_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    project_id: Mapped[str] = mapped_column(String(255))
+    resource_type: Mapped[str] = mapped_column(String(64))
+    resource_id: Mapped[str] = mapped_column(String(255))
+    assigned_at: Mapped[dt.datetime]
+    released_at: Mapped[dt.datetime | None]
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    user_id: Mapped[str] = mapped_column(String(255))
+    project_id: Mapped[str] = mapped_column(String(255))
+    roles: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]

@@ -1,0 +1,1 @@
+"""Leases, reservations, events, their statuses and the rules that move them."""

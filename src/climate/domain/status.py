@@ -1,0 +1,96 @@
+"""Statuses and the transition tables: the one place that says which status may follow which."""
+
+from __future__ import annotations
+
+import enum
+
+from climate.errors import Conflict
+
+
+class LeaseStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    ACTIVE = "ACTIVE"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+
+
+class ReservationStatus(enum.StrEnum):
+    PENDING = "pending"
+    ACTIVE = "active"
+    DELETED = "deleted"
+    ERROR = "error"
+
+
+class EventStatus(enum.StrEnum):
+    UNDONE = "UNDONE"
+    IN_PROGRESS = "IN_PROGRESS"
+    DONE = "DONE"
+    ERROR = "ERROR"
+
+
+class EventType(enum.StrEnum):
+    START_LEASE = "start_lease"
+    END_LEASE = "end_lease"
+    BEFORE_END_LEASE = "before_end_lease"
+
+
+# Events due at the same instant run in this order: a lease is warned before it ends, and a host
+# freed by one lease's end is free again before another lease starts on it.
+EVENT_ORDER: dict[EventType, int] = {
+    EventType.BEFORE_END_LEASE: 0,
+    EventType.END_LEASE: 1,
+    EventType.START_LEASE: 2,
+}
+
+LEASE_TRANSITIONS: dict[LeaseStatus, frozenset[LeaseStatus]] = {
+    LeaseStatus.PENDING: frozenset({LeaseStatus.STARTING, LeaseStatus.TERMINATED}),
+    # STARTING -> TERMINATING: the end came while a failed start was still being retried.
+    LeaseStatus.STARTING: frozenset(
+        {LeaseStatus.ACTIVE, LeaseStatus.ERROR, LeaseStatus.TERMINATING}
+    ),
+    LeaseStatus.ACTIVE: frozenset({LeaseStatus.TERMINATING, LeaseStatus.ERROR}),
+    LeaseStatus.TERMINATING: frozenset({LeaseStatus.TERMINATED, LeaseStatus.ERROR}),
+    LeaseStatus.TERMINATED: frozenset(),
+    LeaseStatus.ERROR: frozenset({LeaseStatus.TERMINATING, LeaseStatus.TERMINATED}),
+}
+
+RESERVATION_TRANSITIONS: dict[ReservationStatus, frozenset[ReservationStatus]] = {
+    ReservationStatus.PENDING: frozenset(
+        {ReservationStatus.ACTIVE, ReservationStatus.DELETED, ReservationStatus.ERROR}
+    ),
+    ReservationStatus.ACTIVE: frozenset({ReservationStatus.DELETED, ReservationStatus.ERROR}),
+    ReservationStatus.DELETED: frozenset(),
+    ReservationStatus.ERROR: frozenset({ReservationStatus.DELETED}),
+}
+
+EVENT_TRANSITIONS: dict[EventStatus, frozenset[EventStatus]] = {
+    EventStatus.UNDONE: frozenset({EventStatus.IN_PROGRESS}),
+    # IN_PROGRESS -> UNDONE: a failed attempt that will be retried, or a claim that expired.
+    EventStatus.IN_PROGRESS: frozenset({EventStatus.DONE, EventStatus.ERROR, EventStatus.UNDONE}),
+    EventStatus.DONE: frozenset(),
+    # ERROR -> UNDONE: an operator asked to retry.
+    EventStatus.ERROR: frozenset({EventStatus.UNDONE}),
+}
+
+# A lease that has not started may change its start; one that has ended may not change at all.
+LEASE_EDITABLE = frozenset({LeaseStatus.PENDING, LeaseStatus.ACTIVE})
+
+
+def check_lease_transition(current: str, new: LeaseStatus) -> None:
+    """Raise Conflict unless ``current -> new`` is allowed for a lease."""
+    if new not in LEASE_TRANSITIONS[LeaseStatus(current)]:
+        raise Conflict(f"lease cannot go from {current} to {new}")
+
+
+def check_reservation_transition(current: str, new: ReservationStatus) -> None:
+    """Raise Conflict unless ``current -> new`` is allowed for a reservation."""
+    if new not in RESERVATION_TRANSITIONS[ReservationStatus(current)]:
+        raise Conflict(f"reservation cannot go from {current} to {new}")
+
+
+def check_event_transition(current: str, new: EventStatus) -> None:
+    """Raise Conflict unless ``current -> new`` is allowed for an event."""
+    if new not in EVENT_TRANSITIONS[EventStatus(current)]:
+        raise Conflict(f"event cannot go from {current} to {new}")

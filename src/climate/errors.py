@@ -1,0 +1,81 @@
+"""The one exception tree of Climate.
+
+Every error knows its HTTP status and the Blazar error name it is rendered with; only the API
+layer turns them into responses::
+
+    ClimateError (500)
+    ├── InvalidInput (400)          a field is missing, malformed or out of range
+    │   └── MalformedQuery (400)    a resource_properties / hypervisor_properties query
+    ├── NotAuthorized (401)         no or bad credentials
+    ├── Forbidden (403)             the role may not do this
+    ├── NotFound (404)              unknown lease, host, property (or one of another project)
+    ├── Conflict (409)              the request is valid but the current state refuses it
+    │   ├── NotEnoughCapacity (409) admission refused: not enough matching free resources
+    │   └── ResourceInUse (409)     a host with current or future allocations
+    ├── PayloadTooLarge (413)
+    └── BackendError (500)          a backend side effect failed (recorded on the event)
+"""
+
+from __future__ import annotations
+
+
+class ClimateError(Exception):
+    status = 500
+    name = "INTERNAL_SERVER_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(ClimateError):
+    status = 400
+    name = "INVALID_INPUT"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+class MalformedQuery(InvalidInput):
+    name = "MALFORMED_REQUIREMENTS"
+
+
+class NotAuthorized(ClimateError):
+    status = 401
+    name = "NOT_AUTHORIZED"
+
+
+class Forbidden(ClimateError):
+    status = 403
+    name = "FORBIDDEN"
+
+
+class NotFound(ClimateError):
+    status = 404
+    name = "NOT_FOUND"
+
+    def __init__(self, kind: str, ident: object) -> None:
+        super().__init__(f"{kind} {ident} could not be found")
+
+
+class Conflict(ClimateError):
+    status = 409
+    name = "CONFLICT"
+
+
+class NotEnoughCapacity(Conflict):
+    name = "NOT_ENOUGH_RESOURCES_AVAILABLE"
+
+
+class ResourceInUse(Conflict):
+    name = "RESOURCE_IN_USE"
+
+
+class PayloadTooLarge(ClimateError):
+    status = 413
+    name = "REQUEST_ENTITY_TOO_LARGE"
+
+
+class BackendError(ClimateError):
+    name = "BACKEND_ERROR"

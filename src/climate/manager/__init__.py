@@ -1,0 +1,1 @@
+"""The manager: fires each event at its time, runs resource and backend actions, records results."""

@@ -1,0 +1,159 @@
+"""Blazar's resource property query language, parsed once and evaluated against property maps.
+
+A query is JSON: a comparison ``["<op>", "$<property>", "<value>"]`` with op one of ``== = != < <=
+> >=``, or ``["and", q1, q2, ...]``. We also accept ``["or", ...]`` and ``["not", q]``, which
+Blazar lacks. An empty string or ``[]`` matches everything. Values compare as numbers when both
+sides are numbers (Blazar compares strings, so "10000" < "4096" there) and as strings otherwise.
+A host that lacks the property never matches a comparison on it.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from climate.errors import MalformedQuery
+
+PropertyValue = str | int | float | bool | None
+Properties = Mapping[str, PropertyValue]
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+MAX_DEPTH = 16
+
+
+def _as_number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def _text(value: object) -> str:
+    text = str(value)
+    # "True", "true" and a JSON true are one value to an operator typing a query.
+    return text.lower() if text.lower() in {"true", "false"} else text
+
+
+@dataclass(frozen=True)
+class Comparison:
+    op: str
+    prop: str
+    value: str
+
+    def matches(self, props: Properties) -> bool:
+        if self.prop not in props or props[self.prop] is None:
+            return False
+        actual = props[self.prop]
+        left, right = _as_number(actual), _as_number(self.value)
+        compare = _OPS[self.op]
+        if left is not None and right is not None:
+            return compare(left, right)
+        return compare(_text(actual), _text(self.value))
+
+    def properties(self) -> frozenset[str]:
+        return frozenset({self.prop})
+
+
+@dataclass(frozen=True)
+class AllOf:
+    parts: tuple[Query, ...]
+
+    def matches(self, props: Properties) -> bool:
+        return all(p.matches(props) for p in self.parts)
+
+    def properties(self) -> frozenset[str]:
+        return frozenset().union(*(p.properties() for p in self.parts))
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    parts: tuple[Query, ...]
+
+    def matches(self, props: Properties) -> bool:
+        return any(p.matches(props) for p in self.parts)
+
+    def properties(self) -> frozenset[str]:
+        return frozenset().union(*(p.properties() for p in self.parts))
+
+
+@dataclass(frozen=True)
+class Not:
+    part: Query
+
+    def matches(self, props: Properties) -> bool:
+        return not self.part.matches(props)
+
+    def properties(self) -> frozenset[str]:
+        return self.part.properties()
+
+
+Query = Comparison | AllOf | AnyOf | Not
+MATCH_ALL: Query = AllOf(())
+
+
+def parse_query(field: str, raw: object) -> Query:
+    """Parse a query given as a JSON string or an already decoded list.
+
+    :raises MalformedQuery: naming ``field`` and what is wrong.
+    """
+    if raw is None or raw == "":
+        return MATCH_ALL
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise MalformedQuery(field, f"not valid JSON ({exc.msg} at {exc.pos})") from exc
+    return _parse(field, raw, 0)
+
+
+def _parse(field: str, node: object, depth: int) -> Query:
+    if depth > MAX_DEPTH:
+        raise MalformedQuery(field, f"nested deeper than {MAX_DEPTH} levels")
+    if not isinstance(node, list):
+        raise MalformedQuery(field, f"expected a JSON list, got {json.dumps(node)}")
+    if not node:
+        return MATCH_ALL
+    head = node[0]
+    if head in ("and", "or"):
+        if len(node) < 2:
+            raise MalformedQuery(field, f"'{head}' needs at least one operand")
+        parts = tuple(_parse(field, part, depth + 1) for part in node[1:])
+        return AllOf(parts) if head == "and" else AnyOf(parts)
+    if head == "not":
+        if len(node) != 2:
+            raise MalformedQuery(field, "'not' takes exactly one operand")
+        return Not(_parse(field, node[1], depth + 1))
+    if head in _OPS:
+        if len(node) != 3:
+            raise MalformedQuery(
+                field, f"'{head}' takes a $property and a value: {json.dumps(node)}"
+            )
+        prop, value = node[1], node[2]
+        if not isinstance(prop, str) or len(prop) < 2 or not prop.startswith("$"):
+            raise MalformedQuery(
+                field, f'expected a property like "$memory_mb", got {json.dumps(prop)}'
+            )
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise MalformedQuery(
+                field, f"the value compared with {prop} must be a string or number"
+            )
+        return Comparison("==" if head == "=" else head, prop[1:], str(value))
+    raise MalformedQuery(
+        field,
+        f"unknown operator {json.dumps(head)}; use and, or, not, ==, !=, <, <=, >, >=",
+    )

@@ -1,0 +1,24 @@
+"""Resource types: what a reservation of each kind means over time. Registered by entry point."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from climate.errors import InvalidInput
+from climate.resources.base import ResourceType
+
+
+def load_resource_types() -> dict[str, ResourceType]:
+    """Every installed resource type plugin (entry point group ``climate.resources``)."""
+    found: dict[str, ResourceType] = {}
+    for entry in entry_points(group="climate.resources"):
+        plugin = entry.load()()
+        found[plugin.name] = plugin
+    return found
+
+
+def pick(types: dict[str, ResourceType], name: object, field: str) -> ResourceType:
+    if not isinstance(name, str) or name not in types:
+        known = ", ".join(sorted(types))
+        raise InvalidInput(field, f"unknown resource type {name!r}; this service offers {known}")
+    return types[name]

@@ -1,0 +1,84 @@
+"""The interface every resource type implements."""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from sqlalchemy.orm import Session
+
+from climate.db.tables import Reservation
+from climate.errors import InvalidInput
+
+
+class ResourceType(abc.ABC):
+    """Knows what "N of these with those properties" means over time; never calls a cloud.
+
+    The backend does the side effects; a resource type validates requests, admits them against
+    capacity (through the pure planner) and records allocations, all inside the caller's
+    transaction.
+    """
+
+    name: ClassVar[str]
+    before_end_actions: ClassVar[frozenset[str]] = frozenset({"default"})
+
+    @abc.abstractmethod
+    def validate(
+        self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
+    ) -> dict[str, Any]:
+        """Check and normalise reservation fields.
+
+        :param raw: the fields as the client sent them (``resource_type`` and ``id`` removed).
+        :param current: the stored fields when updating, None when creating; ``raw`` is merged on.
+        :param field: where in the request these fields are, to name in errors.
+        :returns: the parameters to store.
+        :raises InvalidInput: naming the offending field.
+        """
+
+    @abc.abstractmethod
+    def admit(
+        self,
+        session: Session,
+        reservation: Reservation,
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        active: bool,
+    ) -> None:
+        """Allocate resources for ``reservation`` over [start, end), replacing what it had.
+
+        :param active: the lease runs already; resources it holds now may not move.
+        :raises NotEnoughCapacity: with the reason.
+        """
+
+    @abc.abstractmethod
+    def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
+        """Give back the reservation's resources from ``at`` on."""
+
+    @abc.abstractmethod
+    def resource_ids(self, reservation: Reservation) -> list[str]:
+        """Identifiers of the allocated resources, as the backend knows them."""
+
+
+def int_field(raw: Mapping[str, Any], key: str, field: str, *, minimum: int) -> int:
+    """An integer given as a number or an integer-like string (the blazar CLI sends strings)."""
+    value = raw.get(key)
+    if isinstance(value, bool) or value is None:
+        raise InvalidInput(f"{field}.{key}", "required integer is missing")
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int):
+        raise InvalidInput(f"{field}.{key}", f"must be an integer, not {value!r}")
+    if value < minimum:
+        raise InvalidInput(f"{field}.{key}", f"must be at least {minimum}, not {value}")
+    return value
+
+
+def reject_unknown(raw: Mapping[str, Any], allowed: frozenset[str], field: str) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise InvalidInput(
+            f"{field}.{unknown[0]}", f"unknown field; allowed: {', '.join(sorted(allowed))}"
+        )

@@ -1,0 +1,121 @@
+"""``physical:host``: whole compute hosts, reserved min..max at a time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from climate.db import hosts as host_rows
+from climate.db.tables import Host, Reservation
+from climate.errors import Conflict, InvalidInput
+from climate.planner.hosts import HostDemand, choose_hosts
+from climate.planner.query import Properties, Query, parse_query
+from climate.resources.base import ResourceType, int_field, reject_unknown
+
+HOST_COLUMNS = (
+    "hypervisor_hostname",
+    "service_name",
+    "hypervisor_type",
+    "hypervisor_version",
+    "vcpus",
+    "memory_mb",
+    "local_gb",
+    "cpu_info",
+)
+FIELDS = frozenset(
+    {"min", "max", "hypervisor_properties", "resource_properties", "before_end", "count_range"}
+)
+
+
+def host_properties(host: Host) -> Properties:
+    """Everything a query may test on a host: its inventory columns, then its extra properties."""
+    props: dict[str, str | int | None] = {c: getattr(host, c) for c in HOST_COLUMNS}
+    props.update({p.name: p.value for p in host.properties})
+    return props
+
+
+class PhysicalHostType(ResourceType):
+    name = "physical:host"
+    before_end_actions = frozenset({"default", "notification"})
+
+    def validate(
+        self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
+    ) -> dict[str, Any]:
+        reject_unknown(raw, FIELDS, field)
+        merged: dict[str, Any] = dict(current or {})
+        merged.update(raw)
+        if "count_range" in merged:
+            low, _, high = str(merged.pop("count_range")).partition("-")
+            merged.setdefault("min", low)
+            merged.setdefault("max", high or low)
+        minimum = int_field(merged, "min", field, minimum=1)
+        maximum = int_field(merged, "max", field, minimum=1)
+        if maximum < minimum:
+            raise InvalidInput(f"{field}.max", f"must be at least min ({minimum}), not {maximum}")
+        params: dict[str, Any] = {"min": minimum, "max": maximum}
+        for key in ("hypervisor_properties", "resource_properties"):
+            value = merged.get(key) or ""
+            if not isinstance(value, str | list):
+                raise InvalidInput(f"{field}.{key}", "must be a JSON query string")
+            parse_query(f"{field}.{key}", value)
+            params[key] = value if isinstance(value, str) else json.dumps(value)
+        before_end = merged.get("before_end") or "default"
+        if before_end not in self.before_end_actions:
+            offered = ", ".join(sorted(self.before_end_actions))
+            raise InvalidInput(
+                f"{field}.before_end", f"must be one of {offered}, not {before_end!r}"
+            )
+        params["before_end"] = before_end
+        return params
+
+    def admit(
+        self,
+        session: Session,
+        reservation: Reservation,
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        active: bool,
+    ) -> None:
+        params = reservation.params
+        queries = [
+            parse_query("hypervisor_properties", params["hypervisor_properties"]),
+            parse_query("resource_properties", params["resource_properties"]),
+        ]
+        matching = [h for h in host_rows.list_reservable(session) if _matches(queries, h)]
+        held = frozenset(a.host_id for a in reservation.allocations)
+        if active and params["max"] < len(held):
+            raise Conflict(
+                f"{self.name} reservation {reservation.id} is active on {len(held)} hosts; "
+                f"max cannot drop below that ({params['max']} asked)"
+            )
+        calendars = host_rows.calendars(session, matching, start, end, {reservation.id})
+        demand = HostDemand(
+            start=start,
+            end=end,
+            min=params["min"],
+            max=params["max"],
+            held=held,
+            must_keep=held if active else frozenset(),
+        )
+        chosen = choose_hosts(demand, calendars)
+        host_rows.replace_allocations(
+            session, reservation.id, reservation.lease_id, chosen, start, end
+        )
+        session.refresh(reservation, ["allocations"])
+
+    def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
+        host_rows.truncate_allocations(session, reservation.id, at)
+        session.refresh(reservation, ["allocations"])
+
+    def resource_ids(self, reservation: Reservation) -> list[str]:
+        return [str(a.host_id) for a in reservation.allocations]
+
+
+def _matches(queries: list[Query], host: Host) -> bool:
+    props = host_properties(host)
+    return all(q.matches(props) for q in queries)

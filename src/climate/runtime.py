@@ -1,0 +1,89 @@
+"""Assembly: settings -> database, services, manager, deliverer. Used by the CLI and tests."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+
+from climate.api.app import create_app
+from climate.backends import load_backend
+from climate.config import Settings, load_settings
+from climate.db import migrate
+from climate.db.engine import Database
+from climate.domain.clock import Clock, SystemClock
+from climate.errors import ClimateError
+from climate.manager.service import Manager
+from climate.manager.wakeup import WakeWatcher
+from climate.notify.delivery import Deliverer
+from climate.resources import load_resource_types
+from climate.services.context import ServiceContext
+
+LOG = logging.getLogger(__name__)
+
+
+class SchemaOutOfDate(ClimateError):
+    pass
+
+
+def open_database(settings: Settings, *, upgrade: bool) -> Database:
+    """Connect; bring the schema to head if asked, else insist it is there already."""
+    db = Database(settings.effective_database_url)
+    if upgrade:
+        migrate.upgrade(db)
+    elif migrate.current_revision(db) != migrate.head_revision(db):
+        raise SchemaOutOfDate(
+            f"the database schema is not current; run 'climate db upgrade' for {db.url}"
+        )
+    return db
+
+
+def build_context(settings: Settings, db: Database, clock: Clock | None = None) -> ServiceContext:
+    return ServiceContext(
+        settings=settings,
+        db=db,
+        clock=clock or SystemClock(),
+        resource_types=load_resource_types(),
+    )
+
+
+@dataclass
+class Workers:
+    """The manager and the notification deliverer, with the watcher that wakes them."""
+
+    manager: Manager
+    deliverer: Deliverer
+    watcher: WakeWatcher | None = None
+    started: bool = field(default=False)
+
+    def wake(self) -> None:
+        self.manager.wake()
+        self.deliverer.wake()
+
+    def start(self, *, watch: bool = True) -> None:
+        if watch:
+            self.watcher = WakeWatcher(self.manager.ctx.db, self.wake)
+            self.watcher.start()
+        self.manager.start()
+        self.deliverer.start()
+        self.started = True
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+        self.manager.stop()
+        self.deliverer.stop()
+
+
+def build_workers(ctx: ServiceContext) -> Workers:
+    workers = Workers(Manager(ctx, load_backend(ctx.settings.backend)), Deliverer(ctx))
+    ctx.wake_manager = workers.wake
+    return workers
+
+
+def app_factory() -> FastAPI:
+    """The API app for ``climate api --workers N`` (uvicorn imports this in each worker)."""
+    settings = load_settings()
+    db = open_database(settings, upgrade=False)
+    return create_app(build_context(settings, db))

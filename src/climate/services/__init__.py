@@ -1,0 +1,1 @@
+"""Use cases: validate, plan, persist, each in one transaction."""

@@ -1,0 +1,213 @@
+"""Host inventory use cases (admin only): create, list, show, update, delete, properties."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from climate.db import hosts as host_rows
+from climate.db.engine import ADMISSION_LOCK
+from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH, Host, ResourceProperty
+from climate.domain.actor import Actor
+from climate.errors import Conflict, Forbidden, InvalidInput, NotFound, ResourceInUse
+from climate.services.context import ServiceContext
+
+INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
+TEXT_COLUMNS = frozenset({"service_name", "hypervisor_type", "cpu_info"})
+READ_ONLY = frozenset({"id", "hypervisor_hostname", "created_at", "updated_at", "trust_id"})
+
+
+@dataclass(frozen=True)
+class PropertyInfo:
+    name: str
+    private: bool
+    values: list[str]
+
+
+@dataclass(frozen=True)
+class HostAllocations:
+    host_id: int
+    reservations: list[host_rows.AllocationRow]
+
+
+class HostService:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    def create(self, actor: Actor, name: object, fields: Mapping[str, Any]) -> Host:
+        """Register a host. Known inventory fields fill columns; all others become properties."""
+        _admin(actor)
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInput("name", "a host needs a non-empty name")
+        if len(name) > 255:
+            raise InvalidInput("name", "at most 255 characters")
+        now = self.ctx.clock.now()
+        columns, properties = _split(fields, creating=True)
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            if host_rows.get_by_name(session, name) is not None:
+                raise Conflict(f"name: a host named {name!r} already exists")
+            host = Host(hypervisor_hostname=name, service_name=name, created_at=now)
+            for key, value in columns.items():
+                setattr(host, key, value)
+            host_rows.add(session, host)
+            host_rows.set_properties(session, host, properties)
+            session.refresh(host)
+            return host
+
+    def list_all(self, actor: Actor) -> Sequence[Host]:
+        _admin(actor)
+        with self.ctx.db.reader() as session:
+            return host_rows.list_all(session)
+
+    def get(self, actor: Actor, host_id: str) -> Host:
+        _admin(actor)
+        with self.ctx.db.reader() as session:
+            return _load(session, host_id)
+
+    def update(self, actor: Actor, host_id: str, fields: Mapping[str, Any]) -> Host:
+        _admin(actor)
+        if not fields:
+            raise InvalidInput("body", "no values to update")
+        columns, properties = _split(fields, creating=False)
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            host = _load(session, host_id)
+            for key, value in columns.items():
+                setattr(host, key, value)
+            host_rows.set_properties(session, host, properties)
+            host.updated_at = now
+            session.flush()
+            session.refresh(host)
+            return host
+
+    def delete(self, actor: Actor, host_id: str) -> None:
+        """Remove a host, refused (409, naming the leases) while it has current or future use."""
+        _admin(actor)
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            host = _load(session, host_id)
+            holders = host_rows.leases_holding(session, host.id, now)
+            if holders:
+                raise ResourceInUse(
+                    f"host {host.id} ({host.hypervisor_hostname}) has current or future "
+                    f"allocations in lease(s) {', '.join(holders)}"
+                )
+            host_rows.remove(session, host)
+
+    def properties(self, actor: Actor, *, include_private: bool) -> list[PropertyInfo]:
+        """Extra property names in use with their values; private ones only for admins asking."""
+        with self.ctx.db.reader() as session:
+            settings = host_rows.property_settings(session)
+            values = host_rows.property_values(session)
+        show_private = include_private and actor.is_admin
+        found = []
+        for name in sorted(values):
+            private = settings[name].private if name in settings else False
+            if private and not show_private:
+                continue
+            found.append(PropertyInfo(name, private, values[name]))
+        return found
+
+    def set_property_private(self, actor: Actor, name: str, private: object) -> ResourceProperty:
+        _admin(actor)
+        if not isinstance(private, bool):
+            raise InvalidInput("private", "must be true or false")
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction() as session:
+            if name not in host_rows.property_values(session):
+                raise NotFound("Resource property", name)
+            return host_rows.upsert_property_setting(session, name, private, now)
+
+    def allocations(
+        self,
+        actor: Actor,
+        *,
+        host_id: str | None = None,
+        lease_id: str | None = None,
+        reservation_id: str | None = None,
+        start: dt.datetime | None = None,
+        end: dt.datetime | None = None,
+    ) -> list[HostAllocations]:
+        """Allocations per host from ``start`` (default now) on; members see only their own."""
+        since = start or self.ctx.clock.now()
+        with self.ctx.db.reader() as session:
+            hosts = (
+                [_load(session, host_id)] if host_id is not None else host_rows.list_all(session)
+            )
+            rows = host_rows.allocations(
+                session,
+                host_ids=[h.id for h in hosts] if host_id is not None else None,
+                lease_id=lease_id,
+                reservation_id=reservation_id,
+                project_id=actor.scope(),
+                start=since,
+                end=end,
+            )
+        per_host: dict[int, list[host_rows.AllocationRow]] = {h.id: [] for h in hosts}
+        for row in rows:
+            per_host.setdefault(row.host_id, []).append(row)
+        return [HostAllocations(h, r) for h, r in per_host.items()]
+
+
+def _admin(actor: Actor) -> None:
+    if not actor.is_admin:
+        raise Forbidden("host management requires the admin role")
+
+
+def _load(session: Any, host_id: str) -> Host:
+    host = host_rows.get(session, int(host_id)) if str(host_id).isdigit() else None
+    if host is None:
+        raise NotFound("Host", host_id)
+    return host
+
+
+def _split(
+    fields: Mapping[str, Any], *, creating: bool
+) -> tuple[dict[str, Any], dict[str, str | None]]:
+    columns: dict[str, Any] = {}
+    properties: dict[str, str | None] = {}
+    for key, value in fields.items():
+        if not isinstance(key, str) or not key or len(key) > PROPERTY_NAME_LENGTH:
+            raise InvalidInput(
+                "properties", f"property names are 1 to {PROPERTY_NAME_LENGTH} characters"
+            )
+        if key in READ_ONLY:
+            raise InvalidInput(key, "cannot be set")
+        if key in INT_COLUMNS:
+            columns[key] = _int(key, value)
+        elif key in TEXT_COLUMNS:
+            columns[key] = None if value is None else _text(key, value)
+        elif key == "reservable":
+            if not isinstance(value, bool):
+                raise InvalidInput(key, "must be true or false")
+            columns[key] = value
+        elif value is None:
+            if creating:
+                raise InvalidInput(key, "a new property needs a value")
+            properties[key] = None
+        else:
+            properties[key] = _text(key, value)
+    return columns, properties
+
+
+def _int(key: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(key, f"must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _text(key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str | int | float):
+        raise InvalidInput(key, "must be a string or a number")
+    text = str(value)
+    if len(text) > PROPERTY_VALUE_LENGTH:
+        raise InvalidInput(key, f"at most {PROPERTY_VALUE_LENGTH} characters")
+    return text

@@ -1,0 +1,335 @@
+"""Lease use cases: create, list, show, update, delete."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from climate.db import leases as lease_rows
+from climate.db.engine import ADMISSION_LOCK
+from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation
+from climate.domain.actor import Actor
+from climate.domain.status import (
+    EVENT_ORDER,
+    EventStatus,
+    EventType,
+    LeaseStatus,
+    ReservationStatus,
+    check_lease_transition,
+)
+from climate.errors import Conflict, InvalidInput, NotFound
+from climate.notify import enqueue_lease
+from climate.resources import pick
+from climate.services.context import ServiceContext
+
+# A start given as a date may lag the clock by this much (a client rounding "now" to the minute).
+START_TOLERANCE = dt.timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class ReservationRequest:
+    resource_type: str | None
+    fields: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    name: str
+    start: dt.datetime | None
+    """None means now."""
+    end: dt.datetime
+    before_end: dt.datetime | None = None
+    reservations: Sequence[ReservationRequest] = ()
+
+
+@dataclass(frozen=True)
+class LeaseChanges:
+    name: str | None = None
+    start: dt.datetime | None = None
+    start_now: bool = False
+    end: dt.datetime | None = None
+    before_end: dt.datetime | None = None
+    reservations: Sequence[ReservationRequest] = field(default_factory=tuple)
+
+
+class LeaseService:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, actor: Actor, lease_id: str) -> Lease:
+        with self.ctx.db.reader() as session:
+            return self._load(session, actor, lease_id)
+
+    def list_all(
+        self,
+        actor: Actor,
+        *,
+        project_id: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+    ) -> Sequence[Lease]:
+        scope = actor.scope()
+        if scope is not None:
+            if project_id not in (None, scope):
+                return []
+            project_id = scope
+        with self.ctx.db.reader() as session:
+            return lease_rows.list_live(session, project_id=project_id, status=status, name=name)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def create(self, actor: Actor, request: LeaseRequest) -> Lease:
+        """Admit and record a lease, all or nothing.
+
+        :raises InvalidInput: a field is wrong (named in the message).
+        :raises NotEnoughCapacity: not enough matching resources are free for the whole window.
+        :raises Conflict: the project already has a live lease of that name.
+        """
+        now = self.ctx.clock.now()
+        _check_name(request.name)
+        start = self._check_start(request.start, now)
+        _check_window(start, request.end)
+        if not request.reservations:
+            raise InvalidInput("reservations", "a lease needs at least one reservation")
+        prepared = [
+            (
+                self._type_of(r, f"reservations[{i}]").validate(
+                    r.fields, None, f"reservations[{i}]"
+                ),
+                r,
+            )
+            for i, r in enumerate(request.reservations)
+        ]
+        before_end = self._before_end(request.before_end, start, request.end)
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            if lease_rows.name_taken(session, actor.project_id, request.name):
+                raise Conflict(
+                    f"name: a lease named {request.name!r} already exists in project "
+                    f"{actor.project_id}"
+                )
+            lease = lease_rows.add(
+                session,
+                Lease(
+                    name=request.name,
+                    project_id=actor.project_id,
+                    user_id=actor.user_id,
+                    start_date=start,
+                    end_date=request.end,
+                    before_end_date=before_end,
+                    status=LeaseStatus.PENDING,
+                    created_at=now,
+                ),
+            )
+            for params, req in prepared:
+                reservation = Reservation(
+                    lease_id=lease.id,
+                    resource_type=req.resource_type,
+                    status=ReservationStatus.PENDING,
+                    params=params,
+                    created_at=now,
+                )
+                session.add(reservation)
+                session.flush()
+                self.ctx.resource_types[reservation.resource_type].admit(
+                    session, reservation, start, request.end, active=False
+                )
+            for kind, when in (
+                (EventType.START_LEASE, start),
+                (EventType.END_LEASE, request.end),
+                (EventType.BEFORE_END_LEASE, before_end),
+            ):
+                session.add(_event(lease.id, kind, when, now))
+            session.flush()
+            session.refresh(lease)
+            self._notify(session, "lease.create", lease, now)
+            lease_rows.signal_event_change(session)
+        self.ctx.wake_manager()
+        return self.get(actor, lease.id)
+
+    def update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
+        """Change a lease; any new shape is re-admitted atomically or nothing changes.
+
+        :raises Conflict: the lease has ended, or its start moves after it began.
+        :raises NotEnoughCapacity: the new shape does not fit; the lease is left as it was.
+        """
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease = self._load(session, actor, lease_id)
+            active = lease.status != LeaseStatus.PENDING
+            if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
+                raise Conflict(f"lease {lease.id} is {lease.status} and can no longer be changed")
+            if changes.name is not None and changes.name != lease.name:
+                _check_name(changes.name)
+                if lease_rows.name_taken(
+                    session, lease.project_id, changes.name, other_than=lease.id
+                ):
+                    raise Conflict(f"name: a lease named {changes.name!r} already exists")
+                lease.name = changes.name
+            start, end = lease.start_date, lease.end_date
+            if changes.start is not None or changes.start_now:
+                if active:
+                    raise Conflict(f"start_date: lease {lease.id} has already started")
+                start = self._check_start(None if changes.start_now else changes.start, now)
+            if changes.end is not None:
+                end = changes.end
+                if active and end <= now:
+                    raise InvalidInput("end_date", "must be in the future for a running lease")
+            _check_window(start, end)
+            reshaped = (start, end) != (lease.start_date, lease.end_date)
+            edits = self._match_reservations(lease, changes.reservations)
+            for reservation, raw in edits:
+                reservation.params = self.ctx.resource_types[reservation.resource_type].validate(
+                    raw, reservation.params, "reservations"
+                )
+            if reshaped or edits:
+                for reservation in lease.reservations:
+                    if reservation.status in (ReservationStatus.DELETED, ReservationStatus.ERROR):
+                        continue
+                    self.ctx.resource_types[reservation.resource_type].admit(
+                        session, reservation, start, end, active=active
+                    )
+            before_end = lease.before_end_date
+            if changes.before_end is not None or reshaped:
+                before_end = self._before_end(changes.before_end, start, end)
+            lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
+            self._retime_events(lease, now)
+            lease.updated_at = now
+            session.flush()
+            self._notify(session, "lease.update", lease, now)
+            lease_rows.signal_event_change(session)
+        self.ctx.wake_manager()
+        return self.get(actor, lease_id)
+
+    def delete(self, actor: Actor, lease_id: str) -> None:
+        """Delete a lease; a running one ends now and its resources go back to the free pool."""
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease = self._load(session, actor, lease_id)
+            self._notify(session, "lease.delete", lease, now)
+            lease.deleted_at = now
+            lease.updated_at = now
+            if lease.status == LeaseStatus.PENDING:
+                lease_rows.drop_pending_events(session, lease.id)
+                check_lease_transition(lease.status, LeaseStatus.TERMINATED)
+                lease.status = LeaseStatus.TERMINATED
+                for reservation in lease.reservations:
+                    self.ctx.resource_types[reservation.resource_type].release(
+                        session, reservation, now
+                    )
+                    reservation.status = ReservationStatus.DELETED
+            elif lease.status != LeaseStatus.TERMINATED:
+                # The manager takes the resources back through the backend, now.
+                for event in lease.events:
+                    if (
+                        event.event_type == EventType.END_LEASE
+                        and event.status == EventStatus.UNDONE
+                    ):
+                        event.time = event.not_before = now
+                    elif event.status == EventStatus.UNDONE:
+                        session.delete(event)
+                for reservation in lease.reservations:
+                    self.ctx.resource_types[reservation.resource_type].release(
+                        session, reservation, now
+                    )
+                lease_rows.signal_event_change(session)
+            session.flush()
+        self.ctx.wake_manager()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _load(self, session: Session, actor: Actor, lease_id: str) -> Lease:
+        lease = lease_rows.get(session, lease_id, project_id=actor.scope())
+        if lease is None:
+            raise NotFound("Lease", lease_id)
+        return lease
+
+    def _type_of(self, request: ReservationRequest, field: str) -> Any:
+        return pick(self.ctx.resource_types, request.resource_type, f"{field}.resource_type")
+
+    def _check_start(self, start: dt.datetime | None, now: dt.datetime) -> dt.datetime:
+        if start is None:
+            return now
+        if start < now - START_TOLERANCE:
+            raise InvalidInput(
+                "start_date", f"{start.isoformat()} is in the past; use 'now' or a future date"
+            )
+        return start
+
+    def _before_end(
+        self, given: dt.datetime | None, start: dt.datetime, end: dt.datetime
+    ) -> dt.datetime:
+        if given is not None:
+            if not start <= given <= end:
+                raise InvalidInput("before_end_date", "must lie between start_date and end_date")
+            return given
+        default = end - dt.timedelta(minutes=self.ctx.settings.minutes_before_end_lease)
+        return max(default, start)
+
+    def _match_reservations(
+        self, lease: Lease, requested: Sequence[ReservationRequest]
+    ) -> list[tuple[Reservation, dict[str, Any]]]:
+        by_id = {r.id: r for r in lease.reservations}
+        edits: list[tuple[Reservation, dict[str, Any]]] = []
+        for i, req in enumerate(requested):
+            field_name = f"reservations[{i}]"
+            if req.id is None:
+                if len(lease.reservations) != 1:
+                    raise InvalidInput(f"{field_name}.id", "required: the lease has several")
+                target = lease.reservations[0]
+            elif req.id not in by_id:
+                raise InvalidInput(f"{field_name}.id", f"no reservation {req.id} in this lease")
+            else:
+                target = by_id[req.id]
+            if req.resource_type not in (None, target.resource_type):
+                raise InvalidInput(f"{field_name}.resource_type", "cannot be changed")
+            edits.append((target, req.fields))
+        return edits
+
+    def _retime_events(self, lease: Lease, now: dt.datetime) -> None:
+        wanted = {
+            EventType.START_LEASE: lease.start_date,
+            EventType.END_LEASE: lease.end_date,
+            EventType.BEFORE_END_LEASE: lease.before_end_date,
+        }
+        for event in lease.events:
+            when = wanted.get(EventType(event.event_type))
+            if event.status == EventStatus.UNDONE and when is not None and event.time != when:
+                event.time = event.not_before = when
+                event.updated_at = now
+
+    def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
+        enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
+
+
+def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) -> Event:
+    return Event(
+        lease_id=lease_id,
+        event_type=kind,
+        time=when,
+        not_before=when,
+        priority=EVENT_ORDER[kind],
+        status=EventStatus.UNDONE,
+        attempts=0,
+        created_at=now,
+    )
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput("name", "a lease needs a non-empty name")
+    if len(name) > NAME_LENGTH:
+        raise InvalidInput("name", f"at most {NAME_LENGTH} characters, not {len(name)}")
+
+
+def _check_window(start: dt.datetime, end: dt.datetime) -> None:
+    if end <= start:
+        raise InvalidInput(
+            "end_date", f"{end.isoformat()} must be after start_date {start.isoformat()}"
+        )

@@ -1,0 +1,43 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseRequest, ReservationRequest
+from tests.conftest import ADMIN
+
+
+def add_hosts(hosts: HostService, count: int, **props: Any) -> list[int]:
+    prefix = props.pop("prefix", "compute")
+    return [hosts.create(ADMIN, f"{prefix}-{i}", dict(props)).id for i in range(count)]
+
+
+def host_request(
+    name: str,
+    start: dt.datetime | None,
+    end: dt.datetime,
+    min_hosts: int = 1,
+    max_hosts: int | None = None,
+    resource_properties: str = "",
+    before_end: dt.datetime | None = None,
+) -> LeaseRequest:
+    fields: dict[str, Any] = {
+        "min": min_hosts,
+        "max": max_hosts if max_hosts is not None else min_hosts,
+        "hypervisor_properties": "",
+        "resource_properties": resource_properties,
+    }
+    return LeaseRequest(
+        name=name,
+        start=start,
+        end=end,
+        before_end=before_end,
+        reservations=[ReservationRequest("physical:host", fields)],
+    )
+
+
+def hosts_of(lease: Any) -> set[int]:
+    return {a.host_id for r in lease.reservations for a in r.allocations}

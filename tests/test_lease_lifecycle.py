@@ -130,10 +130,16 @@ class FlakyBackend(Backend):
         return None
 
 
-def test_failed_start_is_retried_then_succeeds(
-    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+def test_failed_start_is_retried_after_backoff_then_succeeds(
+    settings, db, clock: ManualClock
 ) -> None:
-    add_hosts(hosts, 1)
+    from dataclasses import replace
+
+    from climate.runtime import build_context
+
+    ctx = build_context(replace(settings, event_retry_base_seconds=10), db, clock)
+    add_hosts(HostService(ctx), 1)
+    leases = LeaseService(ctx)
     backend = FlakyBackend(failures=1)
     manager = Manager(ctx, backend)
     lease = leases.create(ALICE, host_request("l1", T0, T0 + HOUR))
@@ -146,6 +152,9 @@ def test_failed_start_is_retried_then_succeeds(
         1,
         "RuntimeError: cloud said no",
     )
+    assert start.not_before == T0 + dt.timedelta(seconds=10)
+    assert manager.run_due() == 0  # not before the backoff
+    clock.advance(dt.timedelta(seconds=10))
     manager.run_due()
     assert leases.get(ALICE, lease.id).status == "ACTIVE"
     assert backend.calls == 2

@@ -53,7 +53,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         request_id = f"req-{uuid.uuid4()}"
-        response = await call_next(request)
+        # PostgreSQL cannot compare text with NUL in it: such an id or filter matches nothing.
+        params = request.query_params.multi_items()
+        if "\x00" in request.url.path or any("\x00" in k + v for k, v in params):
+            response: Response = error_body(
+                400, "path or query: must not contain NUL characters", "INVALID_INPUT"
+            )
+        else:
+            response = await call_next(request)
         response.headers[API_VERSION_HEADER] = API_VERSION
         response.headers["Vary"] = API_VERSION_HEADER
         response.headers["x-openstack-request-id"] = request_id

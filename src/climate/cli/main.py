@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from climate.cli import client
 from climate.cli.output import render_json, table
 from climate.config import Settings, load_settings
-from climate.db import migrate
-from climate.db.engine import Database
 from climate.errors import ClimateError
-from climate.runtime import build_context, build_workers, open_database
+
+# The server side (FastAPI, SQLAlchemy, Alembic) is imported by the commands that use it, so that
+# the HTTP client commands start in a fraction of the time.
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -31,6 +31,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
     import uvicorn
+
+    from climate.runtime import build_context, build_workers, open_database
 
     settings = _settings(args)
     if api:
@@ -82,6 +84,9 @@ def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
 
 
 def _db(args: argparse.Namespace) -> None:
+    from climate.db import migrate
+    from climate.db.engine import Database
+
     settings = _settings(args)
     db = Database(settings.effective_database_url)
     if args.action == "upgrade":
@@ -90,6 +95,8 @@ def _db(args: argparse.Namespace) -> None:
 
 
 def _token(args: argparse.Namespace) -> None:
+    from climate import wire
+    from climate.runtime import build_context, open_database
     from climate.services.tokens import TokenService
 
     settings = _settings(args)
@@ -107,8 +114,8 @@ def _token(args: argparse.Namespace) -> None:
                 "user": t.user_id,
                 "project": t.project_id,
                 "roles": t.roles,
-                "expires_at": t.expires_at,
-                "revoked_at": t.revoked_at,
+                "expires_at": wire.stamp(t.expires_at),
+                "revoked_at": wire.stamp(t.revoked_at),
             }
             for t in tokens.list_all()
         ]
@@ -155,6 +162,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true")
     t = token_actions.add_parser("revoke")
     t.add_argument("id")
+    for action in token_actions.choices.values():
+        # Also after the action; SUPPRESS keeps a value given before it.
+        action.add_argument("--database-url", default=argparse.SUPPRESS)
     client.register(sub)
     return parser
 

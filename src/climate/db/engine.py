@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ class Database:
         self.url = url
         self.engine = _make_engine(url, echo)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite has one writer at a time and its busy handler polls with sleeps, unfairly: under
+        # load a writer can starve. Writers of this process queue on a lock instead.
+        self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
 
     @property
     def dialect(self) -> str:
@@ -37,13 +41,21 @@ class Database:
         first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
         a row lock until commit.
         """
-        with self._sessions() as session, session.begin():
+        with self._writer(), self._sessions() as session, session.begin():
             session.connection(execution_options={"climate_write": True})
             if lock is not None:
                 session.execute(
                     update(Lock).where(Lock.name == lock).values(version=Lock.version + 1)
                 )
             yield session
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[None]:
+        if self._write_lock is None:
+            yield
+            return
+        with self._write_lock:
+            yield
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Session]:

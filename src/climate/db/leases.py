@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from sqlalchemy import delete, func, or_, select, text, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from climate.db.tables import Event, Lease
 from climate.db.types import as_utc
@@ -82,14 +82,26 @@ def next_due(session: Session) -> dt.datetime | None:
 
 
 def due_events(session: Session, now: dt.datetime, limit: int) -> Sequence[Event]:
-    """Events that may run now, in execution order: time, then Blazar's same-time order."""
+    """Events that may run now, in order: time, then same-time order; an event whose lease still
+    has an earlier event to run waits for it."""
+    earlier = aliased(Event)
+    waiting_on_earlier = (
+        select(earlier.id)
+        .where(
+            earlier.lease_id == Event.lease_id,
+            earlier.seq < Event.seq,
+            earlier.status.in_([EventStatus.UNDONE, EventStatus.IN_PROGRESS]),
+        )
+        .exists()
+    )
     query = (
         select(Event)
         .where(
             or_(
                 (Event.status == EventStatus.UNDONE) & (Event.not_before <= now),
                 (Event.status == EventStatus.IN_PROGRESS) & (Event.claimed_until <= now),
-            )
+            ),
+            ~waiting_on_earlier,
         )
         .order_by(Event.time, Event.priority, Event.id)
         .limit(limit)

@@ -157,6 +157,9 @@ class Event(Timestamped, Base):
     not_before: Mapped[dt.datetime]
     """When the event may next run: its time, or later after a failed attempt."""
     priority: Mapped[int] = mapped_column(Integer)
+    """Order among events of different leases due at the same time (lower first)."""
+    seq: Mapped[int] = mapped_column(Integer)
+    """Place in its lease's life: no event runs before its lease's earlier ones are over."""
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)

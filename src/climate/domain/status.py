@@ -36,12 +36,20 @@ class EventType(enum.StrEnum):
     BEFORE_END_LEASE = "before_end_lease"
 
 
-# Events due at the same instant run in this order: a lease is warned before it ends, and a host
-# freed by one lease's end is free again before another lease starts on it.
+# Events of different leases due at the same instant run in this order: a host freed by one
+# lease's end is free again before another lease starts on it.
 EVENT_ORDER: dict[EventType, int] = {
-    EventType.BEFORE_END_LEASE: 0,
-    EventType.END_LEASE: 1,
-    EventType.START_LEASE: 2,
+    EventType.END_LEASE: 0,
+    EventType.START_LEASE: 1,
+    EventType.BEFORE_END_LEASE: 2,
+}
+
+# Events of one lease run in its life's order, whatever their times: an event waits until every
+# earlier one of its lease is DONE or ERROR (so two managers cannot end a lease before it starts).
+LIFECYCLE_ORDER: dict[EventType, int] = {
+    EventType.START_LEASE: 0,
+    EventType.BEFORE_END_LEASE: 1,
+    EventType.END_LEASE: 2,
 }
 
 LEASE_TRANSITIONS: dict[LeaseStatus, frozenset[LeaseStatus]] = {

@@ -10,6 +10,7 @@ A host that lacks the property never matches a comparison on it.
 from __future__ import annotations
 
 import json
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,12 +36,12 @@ MAX_DEPTH = 16
 def _as_number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        return float(value)
     try:
-        return float(str(value))
+        number = float(value) if isinstance(value, int | float) else float(str(value))
     except ValueError:
         return None
+    # "nan" and "inf" are words to an operator, not numbers ("nan" == "nan" must hold).
+    return number if math.isfinite(number) else None
 
 
 def _text(value: object) -> str:
@@ -118,6 +119,10 @@ def parse_query(field: str, raw: object) -> Query:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise MalformedQuery(field, f"not valid JSON ({exc.msg} at {exc.pos})") from exc
+        except ValueError as exc:  # an integer literal longer than Python converts
+            raise MalformedQuery(field, f"not valid JSON ({exc})") from exc
+        except RecursionError as exc:
+            raise MalformedQuery(field, f"nested deeper than {MAX_DEPTH} levels") from exc
     return _parse(field, raw, 0)
 
 
@@ -138,7 +143,7 @@ def _parse(field: str, node: object, depth: int) -> Query:
         if len(node) != 2:
             raise MalformedQuery(field, "'not' takes exactly one operand")
         return Not(_parse(field, node[1], depth + 1))
-    if head in _OPS:
+    if isinstance(head, str) and head in _OPS:
         if len(node) != 3:
             raise MalformedQuery(
                 field, f"'{head}' takes a $property and a value: {json.dumps(node)}"

@@ -67,7 +67,9 @@ def int_field(raw: Mapping[str, Any], key: str, field: str, *, minimum: int) -> 
     value = raw.get(key)
     if isinstance(value, bool) or value is None:
         raise InvalidInput(f"{field}.{key}", "required integer is missing")
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    digits = value.strip().lstrip("-") if isinstance(value, str) else ""
+    # isascii: isdigit also accepts "²"; the length: int() refuses thousands of digits.
+    if digits.isascii() and digits.isdigit() and len(digits) <= 18:
         value = int(value)
     if not isinstance(value, int):
         raise InvalidInput(f"{field}.{key}", f"must be an integer, not {value!r}")

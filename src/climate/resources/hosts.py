@@ -64,7 +64,7 @@ class PhysicalHostType(ResourceType):
             parse_query(f"{field}.{key}", value)
             params[key] = value if isinstance(value, str) else json.dumps(value)
         before_end = merged.get("before_end") or "default"
-        if before_end not in self.before_end_actions:
+        if not isinstance(before_end, str) or before_end not in self.before_end_actions:
             offered = ", ".join(sorted(self.before_end_actions))
             raise InvalidInput(
                 f"{field}.before_end", f"must be one of {offered}, not {before_end!r}"

@@ -17,6 +17,8 @@ from climate.services.context import ServiceContext
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
 TEXT_COLUMNS = frozenset({"service_name", "hypervisor_type", "cpu_info"})
 READ_ONLY = frozenset({"id", "hypervisor_hostname", "created_at", "updated_at", "trust_id"})
+MAX_INT = 2**31 - 1
+"""The largest value an Integer column holds on every database."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,10 @@ def _admin(actor: Actor) -> None:
 
 
 def _load(session: Any, host_id: str) -> Host:
-    host = host_rows.get(session, int(host_id)) if str(host_id).isdigit() else None
+    # Ids are 32-bit integers: a longer number is unknown, not a database error.
+    text = str(host_id)
+    known = _digits(text) and int(text) <= MAX_INT
+    host = host_rows.get(session, int(text)) if known else None
     if host is None:
         raise NotFound("Host", host_id)
     return host
@@ -178,7 +183,9 @@ def _split(
         if key in INT_COLUMNS:
             columns[key] = _int(key, value)
         elif key in TEXT_COLUMNS:
-            columns[key] = None if value is None else _text(key, value)
+            # cpu_info is a Text column: Nova's cpu_info JSON is often longer than 255.
+            limit = None if key == "cpu_info" else PROPERTY_VALUE_LENGTH
+            columns[key] = None if value is None else _text(key, value, limit)
         elif key == "reservable":
             if not isinstance(value, bool):
                 raise InvalidInput(key, "must be true or false")
@@ -192,22 +199,27 @@ def _split(
     return columns, properties
 
 
+def _digits(text: str) -> bool:
+    """An unsigned decimal short enough to convert (isdigit alone accepts "²" and 5000 digits)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def _int(key: str, value: object) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(key, f"must be a non-negative integer, not {value!r}")
+    if isinstance(value, str) and _digits(value.strip()):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+        raise InvalidInput(key, f"must be an integer from 0 to {MAX_INT}, not {value!r}")
     return value
 
 
-def _text(key: str, value: object) -> str:
+def _text(key: str, value: object, limit: int | None = PROPERTY_VALUE_LENGTH) -> str:
     if isinstance(value, bool):
         return str(value)
     if not isinstance(value, str | int | float):
         raise InvalidInput(key, "must be a string or a number")
     text = str(value)
-    if len(text) > PROPERTY_VALUE_LENGTH:
-        raise InvalidInput(key, f"at most {PROPERTY_VALUE_LENGTH} characters")
+    if limit is not None and len(text) > limit:
+        raise InvalidInput(key, f"at most {limit} characters")
     return text

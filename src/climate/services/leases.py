@@ -15,6 +15,7 @@ from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation
 from climate.domain.actor import Actor
 from climate.domain.status import (
     EVENT_ORDER,
+    LIFECYCLE_ORDER,
     EventStatus,
     EventType,
     LeaseStatus,
@@ -184,9 +185,9 @@ class LeaseService:
             _check_window(start, end)
             reshaped = (start, end) != (lease.start_date, lease.end_date)
             edits = self._match_reservations(lease, changes.reservations)
-            for reservation, raw in edits:
+            for reservation, raw, where in edits:
                 reservation.params = self.ctx.resource_types[reservation.resource_type].validate(
-                    raw, reservation.params, "reservations"
+                    raw, reservation.params, where
                 )
             if reshaped or edits:
                 for reservation in lease.reservations:
@@ -196,7 +197,10 @@ class LeaseService:
                         session, reservation, start, end, active=active
                     )
             before_end = lease.before_end_date
-            if changes.before_end is not None or reshaped:
+            if reshaped and changes.before_end is None and before_end is not None:
+                # As in Blazar: the before-end action keeps its distance from the end.
+                before_end = max(start, end - (lease.end_date - before_end))
+            elif changes.before_end is not None or reshaped:
                 before_end = self._before_end(changes.before_end, start, end)
             lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
             self._retime_events(lease, now)
@@ -274,9 +278,10 @@ class LeaseService:
 
     def _match_reservations(
         self, lease: Lease, requested: Sequence[ReservationRequest]
-    ) -> list[tuple[Reservation, dict[str, Any]]]:
+    ) -> list[tuple[Reservation, dict[str, Any], str]]:
+        """Each requested change with its reservation and where it is in the request."""
         by_id = {r.id: r for r in lease.reservations}
-        edits: list[tuple[Reservation, dict[str, Any]]] = []
+        edits: list[tuple[Reservation, dict[str, Any], str]] = []
         for i, req in enumerate(requested):
             field_name = f"reservations[{i}]"
             if req.id is None:
@@ -289,7 +294,7 @@ class LeaseService:
                 target = by_id[req.id]
             if req.resource_type not in (None, target.resource_type):
                 raise InvalidInput(f"{field_name}.resource_type", "cannot be changed")
-            edits.append((target, req.fields))
+            edits.append((target, req.fields, field_name))
         return edits
 
     def _retime_events(self, lease: Lease, now: dt.datetime) -> None:
@@ -315,6 +320,7 @@ def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) 
         time=when,
         not_before=when,
         priority=EVENT_ORDER[kind],
+        seq=LIFECYCLE_ORDER[kind],
         status=EventStatus.UNDONE,
         attempts=0,
         created_at=now,

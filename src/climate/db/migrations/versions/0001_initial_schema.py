@@ -125,6 +125,7 @@ def upgrade() -> None:
         sa.Column("time", sa.DateTime(timezone=True), nullable=False),
         sa.Column("not_before", sa.DateTime(timezone=True), nullable=False),
         sa.Column("priority", sa.Integer(), nullable=False),
+        sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),

@@ -1,0 +1,183 @@
+"""Updating and deleting leases: every new shape is re-admitted atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from climate.domain.clock import ManualClock
+from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
+from climate.runtime import build_workers
+from climate.services.context import ServiceContext
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseChanges, LeaseService, ReservationRequest
+from tests.conftest import ALICE, BOB, T0
+from tests.helpers import add_hosts, host_request, hosts_of
+
+HOUR = dt.timedelta(hours=1)
+
+
+def _snapshot(leases: LeaseService, lease_id: str) -> tuple[object, ...]:
+    lease = leases.get(ALICE, lease_id)
+    return (
+        lease.name,
+        lease.start_date,
+        lease.end_date,
+        [r.params for r in lease.reservations],
+        sorted(hosts_of(lease)),
+        sorted((e.event_type, e.time) for e in lease.events),
+    )
+
+
+def test_extending_into_another_lease_is_refused_and_nothing_changes(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1)
+    first = leases.create(ALICE, host_request("first", T0 + HOUR, T0 + 2 * HOUR))
+    leases.create(BOB, host_request("second", T0 + 3 * HOUR, T0 + 4 * HOUR))
+    before = _snapshot(leases, first.id)
+    with pytest.raises(NotEnoughCapacity, match="not enough hosts"):
+        leases.update(ALICE, first.id, LeaseChanges(name="renamed", end=T0 + 3 * HOUR + HOUR / 2))
+    assert _snapshot(leases, first.id) == before
+
+
+def test_moving_a_pending_lease_keeps_its_hosts_when_they_stay_free(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 4)
+    lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR, 2, 2))
+    held = hosts_of(lease)
+    moved = leases.update(ALICE, lease.id, LeaseChanges(start=T0 + 5 * HOUR, end=T0 + 6 * HOUR))
+    assert hosts_of(moved) == held
+    assert (moved.start_date, moved.end_date) == (T0 + 5 * HOUR, T0 + 6 * HOUR)
+    times = {e.event_type: e.time for e in moved.events}
+    assert times == {
+        "start_lease": T0 + 5 * HOUR,
+        "before_end_lease": T0 + 5 * HOUR,
+        "end_lease": T0 + 6 * HOUR,
+    }
+
+
+def test_raising_max_takes_more_hosts_and_min_above_free_is_refused(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 3)
+    lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR, 1, 1))
+    grown = leases.update(
+        ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"max": 3})])
+    )
+    assert len(hosts_of(grown)) == 3
+    assert grown.reservations[0].params["max"] == 3
+    with pytest.raises(InvalidInput, match="max"):
+        leases.update(
+            ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"min": 4})])
+        )
+
+
+def test_active_lease_can_be_extended_but_its_start_cannot_move(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + HOUR))
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "ACTIVE"
+    with pytest.raises(Conflict, match="already started"):
+        leases.update(ALICE, lease.id, LeaseChanges(start=T0 + HOUR))
+    longer = leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 3 * HOUR))
+    assert longer.status == "ACTIVE"
+    assert longer.end_date == T0 + 3 * HOUR
+    clock.set(T0 + HOUR)
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "ACTIVE"
+    clock.set(T0 + 3 * HOUR)
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "TERMINATED"
+
+
+def test_active_lease_keeps_its_hosts_when_extended_and_refuses_if_they_are_booked(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 2)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + HOUR))
+    manager.run_due()
+    (mine,) = hosts_of(leases.get(ALICE, lease.id))
+    # Book the other host too after our end, then our own host: extending must not move us.
+    leases.create(BOB, host_request("b", T0 + HOUR, T0 + 2 * HOUR, 2, 2))
+    with pytest.raises(NotEnoughCapacity, match="active hosts cannot be moved"):
+        leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 90 * dt.timedelta(minutes=1)))
+    assert hosts_of(leases.get(ALICE, lease.id)) == {mine}
+
+
+def test_deleting_an_active_lease_ends_it_now_and_frees_its_hosts(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 5 * HOUR))
+    manager.run_due()
+    clock.set(T0 + HOUR)
+    leases.delete(ALICE, lease.id)
+    with pytest.raises(NotFound):
+        leases.get(ALICE, lease.id)
+    manager.run_due()
+    from climate.db.tables import Lease
+
+    with ctx.db.reader() as session:
+        row = session.get(Lease, lease.id)
+        assert row is not None
+        assert (row.status, row.deleted_at) == ("TERMINATED", T0 + HOUR)
+        assert [a.end_date for r in row.reservations for a in r.allocations] == [T0 + HOUR]
+    # The host is free from now on.
+    leases.create(BOB, host_request("after", T0 + HOUR, T0 + 2 * HOUR))
+
+
+def test_deleting_a_pending_lease_frees_its_window_at_once(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR))
+    leases.delete(ALICE, lease.id)
+    leases.create(BOB, host_request("same-window", T0 + HOUR, T0 + 2 * HOUR))
+    assert leases.list_all(ALICE) == []
+
+
+def test_name_is_unique_per_project_among_live_leases(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 2)
+    first = leases.create(ALICE, host_request("same", T0 + HOUR, T0 + 2 * HOUR))
+    with pytest.raises(Conflict, match="already exists"):
+        leases.create(ALICE, host_request("same", T0 + HOUR, T0 + 2 * HOUR))
+    leases.create(BOB, host_request("same", T0 + HOUR, T0 + 2 * HOUR))  # another project
+    leases.delete(ALICE, first.id)
+    leases.create(ALICE, host_request("same", T0 + HOUR, T0 + 2 * HOUR))
+
+
+def test_ended_lease_cannot_be_changed(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("l", T0, T0 + HOUR))
+    clock.set(T0 + HOUR)
+    build_workers(ctx).manager.run_due()
+    with pytest.raises(Conflict, match="TERMINATED"):
+        leases.update(ALICE, lease.id, LeaseChanges(name="late"))
+
+
+def test_members_cannot_see_or_touch_other_projects_leases(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR))
+    for call in (
+        lambda: leases.get(BOB, lease.id),
+        lambda: leases.update(BOB, lease.id, LeaseChanges(name="x")),
+        lambda: leases.delete(BOB, lease.id),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    assert leases.list_all(BOB) == []
+    assert [x.id for x in leases.list_all(ALICE)] == [lease.id]

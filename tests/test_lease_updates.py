@@ -181,3 +181,21 @@ def test_members_cannot_see_or_touch_other_projects_leases(
             call()
     assert leases.list_all(BOB) == []
     assert [x.id for x in leases.list_all(ALICE)] == [lease.id]
+
+
+def test_extending_after_the_warning_warns_again_before_the_new_end(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 2 * HOUR))
+    clock.set(T0 + HOUR)
+    manager.run_due()  # started and warned
+    extended = leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 5 * HOUR))
+    warnings = [e for e in extended.events if e.event_type == "before_end_lease"]
+    assert sorted((e.status, e.time) for e in warnings) == [
+        ("DONE", T0 + HOUR),
+        ("UNDONE", T0 + 4 * HOUR),
+    ]
+    clock.set(T0 + 4 * HOUR)
+    assert manager.run_due() == 1

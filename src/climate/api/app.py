@@ -60,7 +60,11 @@ def create_app(ctx: ServiceContext) -> FastAPI:
                 400, "path or query: must not contain NUL characters", "INVALID_INPUT"
             )
         else:
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception:  # the catch-all handler would answer without our headers
+                LOG.exception("unexpected error on %s %s", request.method, request.url.path)
+                response = error_body(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
         response.headers[API_VERSION_HEADER] = API_VERSION
         response.headers["Vary"] = API_VERSION_HEADER
         response.headers["x-openstack-request-id"] = request_id
@@ -82,11 +86,6 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         names = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
         return error_body(exc.status_code, str(exc.detail), names.get(exc.status_code, "ERROR"))
-
-    @app.exception_handler(Exception)
-    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        LOG.exception("unexpected error")
-        return error_body(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
 
     def versions(request: Request) -> JSONResponse:
         base = str(request.base_url)

@@ -203,7 +203,7 @@ class LeaseService:
             elif changes.before_end is not None or reshaped:
                 before_end = self._before_end(changes.before_end, start, end)
             lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
-            self._retime_events(lease, now)
+            self._retime_events(session, lease, now)
             lease.updated_at = now
             session.flush()
             self._notify(session, "lease.update", lease, now)
@@ -297,7 +297,7 @@ class LeaseService:
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, lease: Lease, now: dt.datetime) -> None:
+    def _retime_events(self, session: Session, lease: Lease, now: dt.datetime) -> None:
         wanted = {
             EventType.START_LEASE: lease.start_date,
             EventType.END_LEASE: lease.end_date,
@@ -308,6 +308,15 @@ class LeaseService:
             if event.status == EventStatus.UNDONE and when is not None and event.time != when:
                 event.time = event.not_before = when
                 event.updated_at = now
+        # A running lease whose end moved later gets its warning again before the new end.
+        warned = [e for e in lease.events if e.event_type == EventType.BEFORE_END_LEASE]
+        if (
+            lease.before_end_date is not None
+            and lease.before_end_date > now
+            and warned
+            and all(e.status != EventStatus.UNDONE for e in warned)
+        ):
+            session.add(_event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now))
 
     def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
         enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)

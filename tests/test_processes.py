@@ -1,0 +1,67 @@
+"""API and manager as separate processes: a change made through one API wakes the manager at
+once (SQLite: the database's change counter; PostgreSQL: LISTEN/NOTIFY), not at its next poll."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from climate.db.engine import Database
+from climate.db.types import as_utc
+from tests.processes import start_api, start_manager
+
+# The manager's longest sleep is 30 s; an event applied within this proves it was woken.
+WOKEN_WITHIN = 5.0
+
+
+def _lease_starting_soon(url: str, seconds: float) -> str:
+    assert httpx.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+    body = {
+        "name": "soon",
+        "start_date": start.isoformat(),
+        "end_date": (start + dt.timedelta(hours=1)).isoformat(),
+        "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+        "events": [],
+    }
+    response = httpx.post(f"{url}/v1/leases", json=body)
+    assert response.status_code == 201, response.text
+    lease_id: str = response.json()["lease"]["id"]
+    return lease_id
+
+
+def _start_lag(db: Database, lease_id: str, timeout: float = 20) -> float:
+    deadline = time.monotonic() + timeout
+    query = text(
+        "SELECT time, done_at FROM events WHERE lease_id = :l AND event_type = 'start_lease'"
+    )
+    while time.monotonic() < deadline:
+        with db.reader() as session:
+            row = session.execute(query, {"l": lease_id}).one()
+        if row.done_at is not None:  # raw SQL: SQLite gives text, PostgreSQL datetimes
+            return (as_utc(row.done_at) - as_utc(row.time)).total_seconds()
+        time.sleep(0.05)
+    raise AssertionError("the lease never started")
+
+
+@pytest.mark.slow
+def test_separate_manager_is_woken_by_a_new_lease(database_url: str) -> None:
+    api, url = start_api(database_url)
+    manager = start_manager(database_url)
+    db = Database(database_url)
+    try:
+        time.sleep(1.0)  # the manager is asleep, waiting for its first event
+        lease_id = _lease_starting_soon(url, seconds=1.5)
+        lag = _start_lag(db, lease_id)
+        assert 0 <= lag < WOKEN_WITHIN, lag
+        shown = httpx.get(f"{url}/v1/leases/{lease_id}").json()["lease"]
+        assert shown["status"] == "ACTIVE"
+    finally:
+        api.stop()
+        logs = manager.stop()
+        db.dispose()
+    assert "Traceback" not in logs, logs

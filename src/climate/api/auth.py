@@ -37,9 +37,12 @@ class Authenticator:
                 frozenset({self.settings.admin_role}),
                 self.settings.admin_role,
             )
+        if not project:
+            # Half an identity must not borrow the default project (and see its leases).
+            raise NotAuthorized("X-Project-Id is required when identity headers are sent")
         return Actor(
             user or self.settings.default_user_id,
-            project or self.settings.default_project_id,
+            project,
             frozenset(r.strip() for r in (roles or "").split(",") if r.strip()),
             self.settings.admin_role,
         )

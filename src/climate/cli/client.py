@@ -66,6 +66,27 @@ def _show(args: argparse.Namespace, data: Any, columns: list[str] | None = None)
         print(record(data))
 
 
+def _show_lease(args: argparse.Namespace, lease: dict[str, Any]) -> None:
+    """A lease for people: its fields, then one line per reservation and per event."""
+    if args.json:
+        print(render_json(lease))
+        return
+    print(record({k: v for k, v in lease.items() if k not in ("reservations", "events")}))
+    reservations = [
+        {
+            "id": r["id"],
+            "type": r["resource_type"],
+            "status": r["status"],
+            "min-max": f"{r.get('min')}-{r.get('max')}",
+            "hosts": ",".join(a["resource_id"] for a in r.get("allocations", [])),
+        }
+        for r in lease["reservations"]
+    ]
+    print(table(reservations, ["id", "type", "status", "min-max", "hosts"]))
+    events = sorted(lease["events"], key=lambda e: e["time"])
+    print(table(events, ["event_type", "time", "status", "last_error"]))
+
+
 def host_command(args: argparse.Namespace) -> None:
     api = ApiClient(args.url, args.token, args.project, args.roles)
     if args.action == "list":
@@ -89,7 +110,7 @@ def lease_command(args: argparse.Namespace) -> None:
         leases = api.call("GET", "/leases")["leases"]
         _show(args, leases, ["id", "name", "status", "start_date", "end_date"])
     elif args.action == "show":
-        _show(args, api.call("GET", f"/leases/{args.lease}")["lease"])
+        _show_lease(args, api.call("GET", f"/leases/{args.lease}")["lease"])
     elif args.action == "create":
         reservation: dict[str, Any] = {
             "resource_type": "physical:host",
@@ -105,7 +126,7 @@ def lease_command(args: argparse.Namespace) -> None:
             "reservations": [reservation],
             "events": [],
         }
-        _show(args, api.call("POST", "/leases", body)["lease"])
+        _show_lease(args, api.call("POST", "/leases", body)["lease"])
     elif args.action == "update":
         changes: dict[str, Any] = {}
         if args.name:
@@ -114,7 +135,7 @@ def lease_command(args: argparse.Namespace) -> None:
             changes["end_date"] = args.end
         if args.start:
             changes["start_date"] = args.start
-        _show(args, api.call("PUT", f"/leases/{args.lease}", changes)["lease"])
+        _show_lease(args, api.call("PUT", f"/leases/{args.lease}", changes)["lease"])
     elif args.action == "delete":
         api.call("DELETE", f"/leases/{args.lease}")
         print(f"Deleted lease {args.lease}")

@@ -16,7 +16,7 @@ from climate.services.context import ServiceContext
 
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
 TEXT_COLUMNS = frozenset({"service_name", "hypervisor_type", "cpu_info"})
-READ_ONLY = frozenset({"id", "hypervisor_hostname", "created_at", "updated_at", "trust_id"})
+READ_ONLY = frozenset({"id", "name", "hypervisor_hostname", "created_at", "updated_at", "trust_id"})
 MAX_INT = 2**31 - 1
 """The largest value an Integer column holds on every database."""
 

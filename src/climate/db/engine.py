@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, text, update
+from sqlalchemy import create_engine, event, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -16,6 +16,8 @@ from sqlalchemy.pool import NullPool
 from climate.db.tables import Lock
 
 ADMISSION_LOCK = "admission"
+INVENTORY_VERSION = "inventory"
+"""Bumped by every inventory change, so that processes know when to reload their caches."""
 
 
 class Database:
@@ -102,10 +104,3 @@ def _sqlite_on_begin(connection: Any) -> None:
     # SQLITE_BUSY_SNAPSHOT when another writer committed in between, whatever the busy timeout.
     write = connection.get_execution_options().get("climate_write", False)
     connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-
-def ensure_locks(session: Session) -> None:
-    """Insert the lock rows if missing (migrations create them; tests may start from metadata)."""
-    exists = session.execute(text("SELECT 1 FROM locks WHERE name = :n"), {"n": ADMISSION_LOCK})
-    if exists.first() is None:
-        session.add(Lock(name=ADMISSION_LOCK, version=0))

@@ -6,10 +6,11 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from climate.db.tables import Host, HostAllocation, HostProperty, Lease, ResourceProperty
+from climate.db.engine import INVENTORY_VERSION
+from climate.db.tables import Host, HostAllocation, HostProperty, Lease, Lock, ResourceProperty
 from climate.db.types import as_utc
 from climate.planner.hosts import HostCalendar
 
@@ -28,10 +29,6 @@ def get_by_name(session: Session, name: str) -> Host | None:
 
 def list_all(session: Session) -> Sequence[Host]:
     return session.scalars(select(Host).order_by(Host.id)).all()
-
-
-def list_reservable(session: Session) -> Sequence[Host]:
-    return session.scalars(select(Host).where(Host.reservable.is_(True)).order_by(Host.id)).all()
 
 
 def add(session: Session, host: Host) -> Host:
@@ -71,9 +68,52 @@ def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[s
     return [r[0] for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class HostRecord:
+    """A reservable host as the planner sees it: id, name and every queryable property."""
+
+    id: int
+    hypervisor_hostname: str
+    properties: dict[str, str | int | None]
+
+
+def bump_inventory(session: Session) -> None:
+    session.execute(
+        update(Lock).where(Lock.name == INVENTORY_VERSION).values(version=Lock.version + 1)
+    )
+
+
+def inventory_version(session: Session) -> int:
+    return int(session.scalar(select(Lock.version).where(Lock.name == INVENTORY_VERSION)) or 0)
+
+
+def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRecord]:
+    """Every reservable host with ``columns`` and its extra properties: two queries, no ORM."""
+    wanted = [getattr(Host, c) for c in columns]
+    rows = session.execute(
+        select(Host.id, *wanted).where(Host.reservable.is_(True)).order_by(Host.id)
+    ).all()
+    records = {
+        row[0]: HostRecord(
+            row[0],
+            row[1 + columns.index("hypervisor_hostname")],
+            dict(zip(columns, row[1:], strict=True)),
+        )
+        for row in rows
+    }
+    extras = session.execute(
+        select(HostProperty.host_id, HostProperty.name, HostProperty.value)
+        .join(Host, Host.id == HostProperty.host_id)
+        .where(Host.reservable.is_(True))
+    )
+    for host_id, name, value in extras:
+        records[host_id].properties[name] = value
+    return list(records.values())
+
+
 def calendars(
     session: Session,
-    hosts: Iterable[Host],
+    hosts: Iterable[HostRecord],
     start: dt.datetime,
     end: dt.datetime,
     exclude_reservations: Collection[str] = (),

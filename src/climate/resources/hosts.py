@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
-from climate.db.tables import Host, Reservation
+from climate.db.tables import Reservation
 from climate.errors import Conflict, InvalidInput
 from climate.planner.hosts import HostDemand, choose_hosts
-from climate.planner.query import Properties, Query, parse_query
+from climate.planner.query import parse_query
 from climate.resources.base import ResourceType, int_field, reject_unknown
 
 HOST_COLUMNS = (
@@ -26,21 +27,54 @@ HOST_COLUMNS = (
     "local_gb",
     "cpu_info",
 )
+MAX_REMEMBERED_QUERIES = 1024
 FIELDS = frozenset(
     {"min", "max", "hypervisor_properties", "resource_properties", "before_end", "count_range"}
 )
 
 
-def host_properties(host: Host) -> Properties:
-    """Everything a query may test on a host: its inventory columns, then its extra properties."""
-    props: dict[str, str | int | None] = {c: getattr(host, c) for c in HOST_COLUMNS}
-    props.update({p.name: p.value for p in host.properties})
-    return props
+class Inventory:
+    """This process's copy of the reservable hosts, reloaded when the inventory version moves.
+
+    Admission reads one version number per request instead of every host and property row;
+    the hosts matching a given pair of queries are remembered until the inventory changes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._version = -1
+        self._records: list[host_rows.HostRecord] = []
+        self._matches: dict[tuple[str, str], list[host_rows.HostRecord]] = {}
+
+    def matching(
+        self, session: Session, hypervisor_properties: str, resource_properties: str
+    ) -> list[host_rows.HostRecord]:
+        version = host_rows.inventory_version(session)
+        key = (hypervisor_properties, resource_properties)
+        with self._lock:
+            if version != self._version:
+                self._records = host_rows.reservable_records(session, HOST_COLUMNS)
+                self._matches = {}
+                self._version = version
+            found = self._matches.get(key)
+            if found is None:
+                queries = [
+                    parse_query("hypervisor_properties", hypervisor_properties),
+                    parse_query("resource_properties", resource_properties),
+                ]
+                found = [r for r in self._records if all(q.matches(r.properties) for q in queries)]
+                if len(self._matches) > MAX_REMEMBERED_QUERIES:
+                    self._matches.clear()
+                self._matches[key] = found
+            return found
 
 
 class PhysicalHostType(ResourceType):
     name = "physical:host"
     before_end_actions = frozenset({"default", "notification"})
+
+    def __init__(self) -> None:
+        self.inventory = Inventory()
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -82,11 +116,9 @@ class PhysicalHostType(ResourceType):
         active: bool,
     ) -> None:
         params = reservation.params
-        queries = [
-            parse_query("hypervisor_properties", params["hypervisor_properties"]),
-            parse_query("resource_properties", params["resource_properties"]),
-        ]
-        matching = [h for h in host_rows.list_reservable(session) if _matches(queries, h)]
+        matching = self.inventory.matching(
+            session, params["hypervisor_properties"], params["resource_properties"]
+        )
         held = frozenset(a.host_id for a in reservation.allocations)
         if active and params["max"] < len(held):
             raise Conflict(
@@ -114,8 +146,3 @@ class PhysicalHostType(ResourceType):
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
         return [str(a.host_id) for a in reservation.allocations]
-
-
-def _matches(queries: list[Query], host: Host) -> bool:
-    props = host_properties(host)
-    return all(q.matches(props) for q in queries)

@@ -55,6 +55,7 @@ class HostService:
                 setattr(host, key, value)
             host_rows.add(session, host)
             host_rows.set_properties(session, host, properties)
+            host_rows.bump_inventory(session)
             session.refresh(host)
             return host
 
@@ -79,6 +80,7 @@ class HostService:
             for key, value in columns.items():
                 setattr(host, key, value)
             host_rows.set_properties(session, host, properties)
+            host_rows.bump_inventory(session)
             host.updated_at = now
             session.flush()
             session.refresh(host)
@@ -97,6 +99,7 @@ class HostService:
                     f"allocations in lease(s) {', '.join(holders)}"
                 )
             host_rows.remove(session, host)
+            host_rows.bump_inventory(session)
 
     def properties(self, actor: Actor, *, include_private: bool) -> list[PropertyInfo]:
         """Extra property names in use with their values; private ones only for admins asking."""

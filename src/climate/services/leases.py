@@ -152,7 +152,7 @@ class LeaseService:
             self._notify(session, "lease.create", lease, now)
             lease_rows.signal_event_change(session)
         self.ctx.wake_manager()
-        return self.get(actor, lease.id)
+        return lease  # fully loaded: the notification above rendered all of it
 
     def update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
         """Change a lease; any new shape is re-admitted atomically or nothing changes.
@@ -203,13 +203,13 @@ class LeaseService:
             elif changes.before_end is not None or reshaped:
                 before_end = self._before_end(changes.before_end, start, end)
             lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
-            self._retime_events(session, lease, now)
+            self._retime_events(lease, now)
             lease.updated_at = now
             session.flush()
             self._notify(session, "lease.update", lease, now)
             lease_rows.signal_event_change(session)
         self.ctx.wake_manager()
-        return self.get(actor, lease_id)
+        return lease
 
     def delete(self, actor: Actor, lease_id: str) -> None:
         """Delete a lease; a running one ends now and its resources go back to the free pool."""
@@ -297,7 +297,7 @@ class LeaseService:
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, session: Session, lease: Lease, now: dt.datetime) -> None:
+    def _retime_events(self, lease: Lease, now: dt.datetime) -> None:
         wanted = {
             EventType.START_LEASE: lease.start_date,
             EventType.END_LEASE: lease.end_date,
@@ -316,7 +316,9 @@ class LeaseService:
             and warned
             and all(e.status != EventStatus.UNDONE for e in warned)
         ):
-            session.add(_event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now))
+            lease.events.append(
+                _event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now)
+            )
 
     def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
         enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)

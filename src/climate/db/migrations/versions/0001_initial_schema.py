@@ -204,7 +204,7 @@ def upgrade() -> None:
     # ### end Alembic commands ###
     op.bulk_insert(
         sa.table("locks", sa.column("name", sa.String), sa.column("version", sa.Integer)),
-        [{"name": "admission", "version": 0}],
+        [{"name": "admission", "version": 0}, {"name": "inventory", "version": 0}],
     )
     if op.get_bind().dialect.name == "postgresql":
         # The database itself refuses two allocations of one host that overlap in time, so a bug

@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from climate.errors import NotEnoughCapacity
+from climate.errors import Conflict, NotEnoughCapacity
 
 # A gap we know nothing about (no allocation on that side within the look-around) scores as this.
 OPEN_GAP = dt.timedelta(days=3650)
@@ -60,7 +60,13 @@ def choose_hosts(demand: HostDemand, calendars: Iterable[HostCalendar]) -> list[
 
     :raises NotEnoughCapacity: with how many hosts match, how many are free and until when the
         others are busy.
+    :raises Conflict: ``max`` is below the number of hosts an active lease cannot give back.
     """
+    if len(demand.must_keep) > demand.max:
+        raise Conflict(
+            f"the lease is active on {len(demand.must_keep)} hosts; max cannot drop below "
+            f"that ({demand.max} asked)"
+        )
     hosts = list(calendars)
     by_id = {h.host_id: h for h in hosts}
     blocked = sorted(h for h in demand.must_keep if h not in by_id or not by_id[h].free)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
 from climate.db.tables import Reservation
-from climate.errors import Conflict, InvalidInput
+from climate.errors import InvalidInput
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
 from climate.resources.base import ResourceType, int_field, reject_unknown
@@ -120,11 +120,6 @@ class PhysicalHostType(ResourceType):
             session, params["hypervisor_properties"], params["resource_properties"]
         )
         held = frozenset(a.host_id for a in reservation.allocations)
-        if active and params["max"] < len(held):
-            raise Conflict(
-                f"{self.name} reservation {reservation.id} is active on {len(held)} hosts; "
-                f"max cannot drop below that ({params['max']} asked)"
-            )
         calendars = host_rows.calendars(session, matching, start, end, {reservation.id})
         demand = HostDemand(
             start=start,

@@ -59,7 +59,8 @@ class Workers:
 
     def wake(self) -> None:
         self.manager.wake()
-        self.deliverer.wake()
+        if self.manager.ctx.settings.webhooks:
+            self.deliverer.wake()
 
     def start(self, *, watch: bool = True) -> None:
         if watch:

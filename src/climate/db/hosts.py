@@ -15,8 +15,9 @@ from climate.db.types import as_utc
 from climate.planner.hosts import HostCalendar
 
 RESOURCE_TYPE = "physical:host"
-# How far around a window we look for neighbouring allocations when scoring fit.
-LOOKAROUND = dt.timedelta(days=30)
+# How far around a window we look for neighbouring allocations when scoring fit: a gap longer
+# than this counts as open. Short, so that the scans stay small as the calendar fills.
+LOOKAROUND = dt.timedelta(days=1)
 
 
 def get(session: Session, host_id: int) -> Host | None:

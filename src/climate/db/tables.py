@@ -90,7 +90,7 @@ class ResourceProperty(Timestamped, Base):
 class Lease(Timestamped, Base):
     __tablename__ = "leases"
     __table_args__ = (
-        Index("ix_leases_project", "project_id", "deleted_at"),
+        Index("ix_leases_project", "project_id", "name"),
         Index("ix_leases_status", "status"),
     )
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)

@@ -15,6 +15,8 @@ def enqueue_lease(
     session: Session, urls: tuple[str, ...], topic: str, lease: Lease, now: dt.datetime
 ) -> None:
     """Queue ``topic`` (lease.create, lease.start, ...) with the lease as the API shows it."""
+    if not urls:
+        return
     session.flush()
     payload = {"event": topic, "sent_at": wire.stamp(now), "lease": wire.lease(lease)}
     outbox.enqueue(session, urls, topic, payload, now, lease.id)

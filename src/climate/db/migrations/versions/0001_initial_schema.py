@@ -82,7 +82,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_index("ix_leases_project", "leases", ["project_id", "deleted_at"], unique=False)
+    op.create_index("ix_leases_project", "leases", ["project_id", "name"], unique=False)
     op.create_index("ix_leases_status", "leases", ["status"], unique=False)
     op.create_table(
         "locks",

@@ -1,0 +1,146 @@
+"""A real ``climate serve`` subprocess on a free loopback port, on a throwaway database."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+
+DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    base_url: str
+    pid: int
+    dialect: str
+    database_url: str
+    """The URL handed to ``climate serve`` (SQLite: the file the server creates)."""
+    sqlite_path: Path | None
+    log_path: Path
+
+
+def climate_executable() -> str:
+    """The ``climate`` script of the interpreter running the benchmark, else the one on PATH."""
+    beside = Path(sys.executable).parent / "climate"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("climate")
+    if found is None:
+        raise SystemExit("cannot find the 'climate' command; install the project in this venv")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def pg_database(admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database; dropped (with FORCE) afterwards."""
+    name = f"climate_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _server_env(data_dir: Path) -> dict[str, str]:
+    # Defaults only: no operator config or CLIMATE_* variable of the caller leaks in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLIMATE_")}
+    env["CLIMATE_DATA_DIR"] = str(data_dir)
+    env["CLIMATE_AUTH"] = "noauth"
+    return env
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"climate serve exited with {proc.returncode}:\n{_log_tail(log_path)}"
+                )
+            try:
+                if client.get(f"{base_url}/versions").status_code == 300:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(
+        f"climate serve not ready after {READY_TIMEOUT:.0f} s:\n{_log_tail(log_path)}"
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=STOP_TIMEOUT)
+
+
+@contextlib.contextmanager
+def climate_server(
+    db: str, *, pg_admin_url: str = DEFAULT_PG_ADMIN_URL, keep: bool = False
+) -> Iterator[RunningServer]:
+    """Start ``climate serve`` (API + manager) on a fresh database; stop it and clean up after.
+
+    ``db`` is ``sqlite`` (a file in a fresh temporary data dir) or ``postgresql`` (a fresh
+    database on the server behind ``pg_admin_url``). With ``keep`` the temporary dir survives.
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix="climate-bench-"))
+    log_path = data_dir / "server.log"
+    try:
+        with contextlib.ExitStack() as stack:
+            args = [climate_executable(), "serve", "--port", str(port := free_port())]
+            sqlite_path: Path | None = None
+            if db == "postgresql":
+                database_url = stack.enter_context(pg_database(pg_admin_url))
+                args += ["--database-url", database_url]
+            else:
+                sqlite_path = data_dir / "climate.db"
+                database_url = f"sqlite:///{sqlite_path}"
+            log = stack.enter_context(log_path.open("wb"))
+            proc = subprocess.Popen(
+                args, env=_server_env(data_dir), stdout=log, stderr=subprocess.STDOUT
+            )
+            stack.callback(_stop, proc)
+            base_url = f"http://127.0.0.1:{port}"
+            _wait_ready(proc, base_url, log_path)
+            yield RunningServer(base_url, proc.pid, db, database_url, sqlite_path, log_path)
+    finally:
+        if keep:
+            print(f"  (kept {data_dir})")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from sqlalchemy import delete, func, or_, select, text, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session, aliased, selectinload
 
 from climate.db.tables import Event, Lease
 from climate.db.types import as_utc
@@ -111,15 +111,16 @@ def due_events(session: Session, now: dt.datetime, limit: int) -> Sequence[Event
     return session.scalars(query).all()
 
 
-def claim(session: Session, event: Event, owner: str, now: dt.datetime, until: dt.datetime) -> bool:
-    """Take ``event`` for ``owner``; False if another manager took it first."""
-    result = session.execute(
+def claim(
+    session: Session, event_ids: Sequence[str], owner: str, now: dt.datetime, until: dt.datetime
+) -> None:
+    """Take the events selected by ``due_events`` in this same transaction (they are locked:
+    SKIP LOCKED on PostgreSQL, the write lock on SQLite)."""
+    if not event_ids:
+        return
+    session.execute(
         update(Event)
-        .where(
-            Event.id == event.id,
-            Event.status == event.status,
-            Event.attempts == event.attempts,
-        )
+        .where(Event.id.in_(list(event_ids)))
         .values(
             status=EventStatus.IN_PROGRESS,
             claimed_by=owner,
@@ -129,7 +130,17 @@ def claim(session: Session, event: Event, owner: str, now: dt.datetime, until: d
         )
         .execution_options(synchronize_session=False)
     )
-    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def events_with_leases(session: Session, event_ids: Sequence[str]) -> list[Event]:
+    """The events, in execution order, with their leases (reservations, allocations) loaded."""
+    found = session.scalars(
+        select(Event)
+        .where(Event.id.in_(list(event_ids)))
+        .options(selectinload(Event.lease))
+        .order_by(Event.time, Event.priority, Event.id)
+    ).all()
+    return list(found)
 
 
 EVENTS_CHANNEL = "climate_events"

@@ -9,6 +9,8 @@ import socket
 import threading
 import uuid
 
+from sqlalchemy.orm import Session
+
 from climate.backends.base import Backend
 from climate.db import leases as lease_rows
 from climate.db.tables import Event, Lease
@@ -18,6 +20,7 @@ from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 BATCH = 200
+"""Events claimed and run per transaction: bounds how long a batch holds SQLite's write lock."""
 
 
 class Manager:
@@ -42,18 +45,19 @@ class Manager:
         done = 0
         while True:
             claimed = self._claim()
-            for event_id in claimed:
-                self._execute(event_id)
-            done += len(claimed)
-            if not claimed:  # running these may have made their leases' next events eligible
+            if not claimed:
                 return done
+            for event_id, reason in self._execute(claimed):
+                self._record_failure(event_id, reason)
+            done += len(claimed)
+            # Loop: running these may have made their leases' next events eligible.
 
     def _claim(self) -> list[str]:
         now = self.ctx.clock.now()
         until = now + dt.timedelta(seconds=self.ctx.settings.event_claim_seconds)
-        claimed: list[str] = []
         with self.ctx.db.transaction() as session:
-            for event in lease_rows.due_events(session, now, BATCH):
+            due = lease_rows.due_events(session, now, BATCH)
+            for event in due:
                 if event.status == EventStatus.IN_PROGRESS:
                     LOG.warning(
                         "event %s of lease %s: claim of %s expired, taking it over",
@@ -61,35 +65,43 @@ class Manager:
                         event.lease_id,
                         event.claimed_by,
                     )
-                if lease_rows.claim(session, event, self.name, now, until):
-                    claimed.append(event.id)
-        return claimed
+            ids = [e.id for e in due]
+            lease_rows.claim(session, ids, self.name, now, until)
+        return ids
 
-    def _execute(self, event_id: str) -> None:
+    def _execute(self, event_ids: list[str]) -> list[tuple[str, str]]:
+        """Run claimed events in one transaction, each in a savepoint of its own, so that one
+        failing event rolls back alone; returns (event id, reason) for each failure."""
         now = self.ctx.clock.now()
-        try:
-            with self.ctx.db.transaction() as session:
-                event = session.get(Event, event_id)
-                if event is None or not self._holds(event):
-                    return
-                lease = session.get(Lease, event.lease_id)
-                assert lease is not None
-                mark_in_progress(lease, event)
-                self.handlers.run(session, lease, event, now)
-                check_event_transition(event.status, EventStatus.DONE)
-                event.status = EventStatus.DONE
-                event.done_at = event.updated_at = now
-                event.last_error = None
-                LOG.info(
-                    "event %s (%s) of lease %s done, %.3f s after its time",
-                    event.id,
-                    event.event_type,
-                    lease.id,
-                    (now - event.time).total_seconds(),
-                )
-        except Exception as exc:
-            LOG.exception("event %s failed", event_id)
-            self._record_failure(event_id, f"{type(exc).__name__}: {exc}")
+        failures: list[tuple[str, str]] = []
+        with self.ctx.db.transaction() as session:
+            for event in lease_rows.events_with_leases(session, event_ids):
+                if not self._holds(event):
+                    continue  # our claim expired and another manager took the event over
+                try:
+                    with session.begin_nested():
+                        self._run(session, event, now)
+                except Exception as exc:
+                    LOG.exception("event %s of lease %s failed", event.id, event.lease_id)
+                    failures.append((event.id, f"{type(exc).__name__}: {exc}"))
+        return failures
+
+    def _run(self, session: Session, event: Event, now: dt.datetime) -> None:
+        lease = event.lease
+        mark_in_progress(lease, event)
+        self.handlers.run(session, lease, event, now)
+        check_event_transition(event.status, EventStatus.DONE)
+        event.status = EventStatus.DONE
+        # When this event's work finished (the batch commits a few ms later), for lag figures.
+        event.done_at = event.updated_at = self.ctx.clock.now()
+        event.last_error = None
+        LOG.info(
+            "event %s (%s) of lease %s done, %.3f s after its time",
+            event.id,
+            event.event_type,
+            lease.id,
+            (now - event.time).total_seconds(),
+        )
 
     def _holds(self, event: Event) -> bool:
         return event.status == EventStatus.IN_PROGRESS and event.claimed_by == self.name

@@ -175,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for noisy in ("httpx", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if args.command == "serve":
             _serve(args, api=True, manager=True)

@@ -1,0 +1,88 @@
+"""The migrations build exactly the schema the models describe, on every database."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from climate.db import migrate
+from climate.db.engine import Database
+from climate.db.tables import Base, Host, HostAllocation, Lease, Reservation
+
+
+def test_migrated_schema_matches_the_models(db: Database) -> None:
+    with db.engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []
+
+
+def test_database_is_at_head_and_upgrade_again_is_a_no_op(db: Database) -> None:
+    assert migrate.current_revision(db) == migrate.head_revision(db)
+    migrate.upgrade(db)
+    assert migrate.current_revision(db) == migrate.head_revision(db)
+    with db.reader() as session:
+        locks = session.execute(text("SELECT name FROM locks ORDER BY name")).scalars().all()
+    assert locks == ["admission", "inventory"]
+
+
+def test_postgresql_refuses_overlapping_allocations_of_one_host(pg_url: str) -> None:
+    """The exclusion constraint is the last line: even a planner bug cannot double-book."""
+    from tests.conftest import T0, _reset_pg
+
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    hour = dt.timedelta(hours=1)
+    try:
+        with db.transaction() as session:
+            host = Host(hypervisor_hostname="h", created_at=T0)
+            lease = Lease(
+                name="l",
+                project_id="p",
+                user_id="u",
+                start_date=T0,
+                end_date=T0 + 2 * hour,
+                status="PENDING",
+                created_at=T0,
+            )
+            session.add_all([host, lease])
+            session.flush()
+            reservation = Reservation(
+                lease_id=lease.id,
+                resource_type="physical:host",
+                status="pending",
+                params={},
+                created_at=T0,
+            )
+            session.add(reservation)
+            session.flush()
+            ids = (reservation.id, lease.id, host.id)
+        with db.transaction() as session:
+            _allocate(session, ids, T0, T0 + hour)
+            _allocate(session, ids, T0 + hour, T0 + 2 * hour)  # touching is fine
+        with pytest.raises(IntegrityError, match="host_allocations_no_overlap"):
+            with db.transaction() as session:
+                _allocate(session, ids, T0 + hour / 2, T0 + hour + hour / 2)
+    finally:
+        db.dispose()
+
+
+def _allocate(
+    session: Session, ids: tuple[str, str, int], start: dt.datetime, end: dt.datetime
+) -> None:
+    reservation_id, lease_id, host_id = ids
+    session.add(
+        HostAllocation(
+            reservation_id=reservation_id,
+            lease_id=lease_id,
+            host_id=host_id,
+            start_date=start,
+            end_date=end,
+        )
+    )
+    session.flush()

@@ -31,7 +31,8 @@ from climate.services.leases import LeaseService
 PG_ADMIN_URL = os.environ.get("CLIMATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
 TABLES = (
-    "host_allocations, assignments, outbox, events, reservations, leases, host_properties, "
+    "allocation_changes, host_allocations, assignments, outbox, events, reservations, leases, "
+    "host_properties, "
     "hosts, resource_properties, api_tokens"
 )
 

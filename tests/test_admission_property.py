@@ -29,6 +29,7 @@ from climate.db.tables import (
 from climate.db.types import UTCDateTime
 from climate.domain.clock import ManualClock
 from climate.errors import NotEnoughCapacity
+from climate.resources import load_resource_types
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService, ReservationRequest
@@ -102,6 +103,8 @@ def wipe(ctx: ServiceContext) -> None:
     with ctx.db.transaction() as session:
         for table in (HostAllocation, Assignment, OutboxMessage, Event, Reservation, Lease):
             session.execute(delete(table))
+    # Deleting rows behind the service's back: the in-memory calendars must start afresh too.
+    ctx.resource_types = load_resource_types()
 
 
 def snapshot(ctx: ServiceContext) -> list[Allocation]:

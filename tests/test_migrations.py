@@ -28,7 +28,7 @@ def test_database_is_at_head_and_upgrade_again_is_a_no_op(db: Database) -> None:
     assert migrate.current_revision(db) == migrate.head_revision(db)
     with db.reader() as session:
         locks = session.execute(text("SELECT name FROM locks ORDER BY name")).scalars().all()
-    assert locks == ["admission", "inventory"]
+    assert locks == ["admission", "calendar_pruned", "inventory"]
 
 
 def test_postgresql_refuses_overlapping_allocations_of_one_host(pg_url: str) -> None:

@@ -41,15 +41,30 @@ class Database:
 
         The lock is taken first thing, which on SQLite makes the transaction a writer from its
         first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
-        a row lock until commit.
+        a row lock until commit. The lock's new version is in ``session.info["lock_version"]``.
+
+        In-memory state that follows the database (caches) registers callables in
+        ``session.info["on_rollback"]`` and ``session.info["on_commit"]``; they run once the
+        outcome is known.
         """
-        with self._writer(), self._sessions() as session, session.begin():
-            session.connection(execution_options={"climate_write": True})
-            if lock is not None:
-                session.execute(
-                    update(Lock).where(Lock.name == lock).values(version=Lock.version + 1)
-                )
-            yield session
+        with self._writer(), self._sessions() as session:
+            try:
+                with session.begin():
+                    session.connection(execution_options={"climate_write": True})
+                    if lock is not None:
+                        session.info["lock_version"] = session.execute(
+                            update(Lock)
+                            .where(Lock.name == lock)
+                            .values(version=Lock.version + 1)
+                            .returning(Lock.version)
+                        ).scalar_one()
+                    yield session
+            except BaseException:
+                for undo in reversed(session.info.pop("on_rollback", [])):
+                    undo()
+                raise
+            for done in session.info.pop("on_commit", []):
+                done()
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[None]:

@@ -6,13 +6,19 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db.engine import INVENTORY_VERSION
-from climate.db.tables import Host, HostAllocation, HostProperty, Lease, Lock, ResourceProperty
-from climate.db.types import as_utc
-from climate.planner.hosts import HostCalendar
+from climate.db.tables import (
+    AllocationChange,
+    Host,
+    HostAllocation,
+    HostProperty,
+    Lease,
+    Lock,
+    ResourceProperty,
+)
 
 RESOURCE_TYPE = "physical:host"
 # How far around a window we look for neighbouring allocations when scoring fit: a gap longer
@@ -52,8 +58,14 @@ def set_properties(session: Session, host: Host, changes: dict[str, str | None])
     session.flush()
 
 
-def remove(session: Session, host: Host) -> None:
+def remove(session: Session, host: Host, version: int) -> None:
+    """Delete ``host`` with its (past) allocations, logging them for in-memory calendars."""
+    owners = session.scalars(
+        select(HostAllocation.reservation_id).where(HostAllocation.host_id == host.id).distinct()
+    ).all()
     session.execute(delete(HostAllocation).where(HostAllocation.host_id == host.id))
+    if owners:
+        record_changes(session, version, owners)
     session.delete(host)
     session.flush()
 
@@ -112,61 +124,6 @@ def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRec
     return list(records.values())
 
 
-def calendars(
-    session: Session,
-    hosts: Iterable[HostRecord],
-    start: dt.datetime,
-    end: dt.datetime,
-    exclude_reservations: Collection[str] = (),
-) -> list[HostCalendar]:
-    """The planner's view of ``hosts`` around [start, end): three range scans, no query per host."""
-    by_id = {h.id: h for h in hosts}
-    if not by_id:
-        return []
-    ids = list(by_id)
-    excluded = HostAllocation.reservation_id.not_in(list(exclude_reservations))
-    busy: dict[int, list[tuple[dt.datetime, dt.datetime]]] = {i: [] for i in ids}
-    overlapping = select(HostAllocation.host_id, HostAllocation.start_date, HostAllocation.end_date)
-    overlapping = overlapping.where(
-        HostAllocation.start_date < end, HostAllocation.end_date > start, excluded
-    )
-    for host_id, s, e in session.execute(overlapping):
-        if host_id in busy:
-            busy[host_id].append((s, e))
-    previous: dict[int, object] = dict(
-        session.execute(
-            select(HostAllocation.host_id, func.max(HostAllocation.end_date))
-            .where(
-                HostAllocation.end_date <= start,
-                HostAllocation.end_date > start - LOOKAROUND,
-                excluded,
-            )
-            .group_by(HostAllocation.host_id)
-        ).all()
-    )
-    following: dict[int, object] = dict(
-        session.execute(
-            select(HostAllocation.host_id, func.min(HostAllocation.start_date))
-            .where(
-                HostAllocation.start_date >= end,
-                HostAllocation.start_date < end + LOOKAROUND,
-                excluded,
-            )
-            .group_by(HostAllocation.host_id)
-        ).all()
-    )
-    return [
-        HostCalendar(
-            host_id=i,
-            name=by_id[i].hypervisor_hostname,
-            busy=tuple(sorted(busy[i])),
-            previous_end=_opt_utc(previous.get(i)),
-            next_start=_opt_utc(following.get(i)),
-        )
-        for i in ids
-    ]
-
-
 def replace_allocations(
     session: Session,
     reservation_id: str,
@@ -204,10 +161,6 @@ def truncate_allocations(session: Session, reservation_id: str, at: dt.datetime)
     ):
         allocation.end_date = at
     session.flush()
-
-
-def _opt_utc(value: object) -> dt.datetime | None:
-    return None if value is None else as_utc(value)
 
 
 @dataclass(frozen=True)
@@ -290,3 +243,66 @@ def upsert_property_setting(
         setting.updated_at = now
     session.flush()
     return setting
+
+
+CALENDAR_PRUNED = "calendar_pruned"
+KEEP_CHANGES = 10_000
+"""Versions of allocation changes kept; a process further behind reloads its calendar whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRow:
+    host_id: int
+    start: dt.datetime
+    end: dt.datetime
+    reservation_id: str
+
+
+def spans_since(session: Session, since: dt.datetime) -> list[SpanRow]:
+    """Every allocation ending after ``since``: what an in-memory calendar starts from."""
+    rows = session.execute(
+        select(
+            HostAllocation.host_id,
+            HostAllocation.start_date,
+            HostAllocation.end_date,
+            HostAllocation.reservation_id,
+        ).where(HostAllocation.end_date > since)
+    )
+    return [SpanRow(*row) for row in rows]
+
+
+def spans_of(session: Session, reservation_ids: Collection[str]) -> list[SpanRow]:
+    rows = session.execute(
+        select(
+            HostAllocation.host_id,
+            HostAllocation.start_date,
+            HostAllocation.end_date,
+            HostAllocation.reservation_id,
+        ).where(HostAllocation.reservation_id.in_(list(reservation_ids)))
+    )
+    return [SpanRow(*row) for row in rows]
+
+
+def record_changes(session: Session, version: int, reservation_ids: Iterable[str]) -> None:
+    """Log that these reservations' allocations changed at admission ``version``; now and then
+    forget old entries (a process that far behind reloads everything)."""
+    session.execute(
+        insert(AllocationChange),
+        [{"version": version, "reservation_id": rid} for rid in reservation_ids],
+    )
+    if version % 1000 == 0 and version > KEEP_CHANGES:
+        horizon = version - KEEP_CHANGES
+        session.execute(delete(AllocationChange).where(AllocationChange.version <= horizon))
+        session.execute(update(Lock).where(Lock.name == CALENDAR_PRUNED).values(version=horizon))
+
+
+def changes_since(session: Session, version: int) -> set[str] | None:
+    """Reservations whose allocations changed after ``version``; None if the log no longer
+    reaches back that far."""
+    pruned = session.scalar(select(Lock.version).where(Lock.name == CALENDAR_PRUNED)) or 0
+    if version < pruned:
+        return None
+    rows = session.execute(
+        select(AllocationChange.reservation_id).where(AllocationChange.version > version)
+    )
+    return {row[0] for row in rows}

@@ -147,6 +147,16 @@ class HostAllocation(Base):
     reservation: Mapped[Reservation] = relationship(back_populates="allocations")
 
 
+class AllocationChange(Base):
+    """Which reservations' allocations changed at which admission version: lets every process
+    bring its in-memory calendar up to date by reloading only those."""
+
+    __tablename__ = "allocation_changes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    version: Mapped[int] = mapped_column(Integer, index=True)
+    reservation_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+
+
 class Event(Timestamped, Base):
     __tablename__ = "events"
     __table_args__ = (Index("ix_events_due", "status", "not_before"),)

@@ -16,6 +16,7 @@ from climate.errors import InvalidInput
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
 from climate.resources.base import ResourceType, int_field, reject_unknown
+from climate.resources.calendar_cache import CalendarCache
 
 HOST_COLUMNS = (
     "hypervisor_hostname",
@@ -75,6 +76,7 @@ class PhysicalHostType(ResourceType):
 
     def __init__(self) -> None:
         self.inventory = Inventory()
+        self.calendar = CalendarCache()
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -120,7 +122,7 @@ class PhysicalHostType(ResourceType):
             session, params["hypervisor_properties"], params["resource_properties"]
         )
         held = frozenset(a.host_id for a in reservation.allocations)
-        calendars = host_rows.calendars(session, matching, start, end, {reservation.id})
+        calendars = self.calendar.view(session, matching, start, end, [reservation.id])
         demand = HostDemand(
             start=start,
             end=end,
@@ -130,13 +132,13 @@ class PhysicalHostType(ResourceType):
             must_keep=held if active else frozenset(),
         )
         chosen = choose_hosts(demand, calendars)
-        host_rows.replace_allocations(
-            session, reservation.id, reservation.lease_id, chosen, start, end
-        )
+        self.calendar.replace(session, reservation.id, reservation.lease_id, chosen, start, end)
         session.refresh(reservation, ["allocations"])
 
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
-        host_rows.truncate_allocations(session, reservation.id, at)
+        if all(a.end_date <= at for a in reservation.allocations):
+            return  # the usual end: the allocations end with the lease
+        self.calendar.truncate(session, reservation.id, at)
         session.refresh(reservation, ["allocations"])
 
     def resource_ids(self, reservation: Reservation) -> list[str]:

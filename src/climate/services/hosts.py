@@ -98,7 +98,7 @@ class HostService:
                     f"host {host.id} ({host.hypervisor_hostname}) has current or future "
                     f"allocations in lease(s) {', '.join(holders)}"
                 )
-            host_rows.remove(session, host)
+            host_rows.remove(session, host, session.info["lock_version"])
             host_rows.bump_inventory(session)
 
     def properties(self, actor: Actor, *, include_private: bool) -> list[PropertyInfo]:

@@ -1,0 +1,133 @@
+"""This process's in-memory calendar of host allocations, kept in step with the database.
+
+Admission asks it what is busy around a window instead of scanning ``host_allocations``. It is
+only read and changed under the admission lock, whose version numbers every committed change:
+before use, the cache reloads just the reservations logged in ``allocation_changes`` since the
+version it reflects (other processes' admissions), or everything if the log no longer reaches
+back. Changes made in a transaction are applied at once and undone if it rolls back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from sqlalchemy.orm import Session
+
+from climate.db import hosts as host_rows
+from climate.planner.calendar import Calendar, Span, seconds
+from climate.planner.hosts import HostCalendar
+
+# Allocations that ended this long before the cache was loaded are left out of it.
+HISTORY = dt.timedelta(days=30)
+SYNCED = "calendar_synced"
+
+
+def _span(row: host_rows.SpanRow) -> Span:
+    return Span(row.host_id, seconds(row.start), seconds(row.end), row.reservation_id)
+
+
+class CalendarCache:
+    def __init__(self) -> None:
+        self._calendar = Calendar()
+        self._version: int | None = None
+        self._guard = threading.Lock()
+
+    # -- keeping in step ---------------------------------------------------------------------
+
+    def sync(self, session: Session) -> None:
+        """Bring the calendar up to the last committed admission before this transaction."""
+        if session.info.get(SYNCED):
+            return
+        ours = self._lock_version(session)
+        with self._guard:
+            if self._version is None:
+                self._reload(session)
+            elif self._version < ours - 1:
+                changed = host_rows.changes_since(session, self._version)
+                if changed is None:
+                    self._reload(session)
+                else:
+                    for owner in changed:
+                        self._calendar.drop_owner(owner)
+                    for row in host_rows.spans_of(session, changed):
+                        self._calendar.add(_span(row))
+            self._version = ours - 1
+        session.info[SYNCED] = True
+        self._on(session, "on_commit", lambda: self._set_version(ours))
+
+    def _reload(self, session: Session) -> None:
+        since = dt.datetime.now(dt.UTC) - HISTORY
+        self._calendar = Calendar()
+        for row in host_rows.spans_since(session, since):
+            self._calendar.add(_span(row))
+
+    def _set_version(self, version: int) -> None:
+        with self._guard:
+            self._version = version
+
+    @staticmethod
+    def _lock_version(session: Session) -> int:
+        version = session.info.get("lock_version")
+        if version is None:
+            raise RuntimeError("host allocations change only under the admission lock")
+        return int(version)
+
+    @staticmethod
+    def _on(session: Session, key: str, action: Callable[[], None]) -> None:
+        session.info.setdefault(key, []).append(action)
+
+    # -- reading and writing -----------------------------------------------------------------
+
+    def view(
+        self,
+        session: Session,
+        hosts: Iterable[host_rows.HostRecord],
+        start: dt.datetime,
+        end: dt.datetime,
+        exclude: Sequence[str] = (),
+    ) -> list[HostCalendar]:
+        self.sync(session)
+        pairs = ((h.id, h.hypervisor_hostname) for h in hosts)
+        return self._calendar.view(
+            pairs, start, end, frozenset(exclude), host_rows.LOOKAROUND.total_seconds()
+        )
+
+    def replace(
+        self,
+        session: Session,
+        reservation_id: str,
+        lease_id: str,
+        host_ids: Sequence[int],
+        start: dt.datetime,
+        end: dt.datetime,
+    ) -> None:
+        """Give ``reservation_id`` exactly ``host_ids`` over [start, end), in the database and
+        here."""
+        self.sync(session)
+        host_rows.replace_allocations(session, reservation_id, lease_id, host_ids, start, end)
+        new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
+        self._swap(session, reservation_id, new)
+
+    def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
+        """End the reservation's allocations at ``at``, in the database and here."""
+        self.sync(session)
+        host_rows.truncate_allocations(session, reservation_id, at)
+        new = [_span(row) for row in host_rows.spans_of(session, [reservation_id])]
+        self._swap(session, reservation_id, new)
+
+    def _swap(self, session: Session, reservation_id: str, new: list[Span]) -> None:
+        host_rows.record_changes(session, self._lock_version(session), [reservation_id])
+        with self._guard:
+            old = self._calendar.drop_owner(reservation_id)
+            for span in new:
+                self._calendar.add(span)
+
+        def undo() -> None:
+            with self._guard:
+                self._calendar.drop_owner(reservation_id)
+                for span in old:
+                    self._calendar.add(span)
+
+        self._on(session, "on_rollback", undo)

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,12 +112,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def climate_server(
-    db: str, *, pg_admin_url: str = DEFAULT_PG_ADMIN_URL, keep: bool = False
+    db: str,
+    *,
+    pg_admin_url: str = DEFAULT_PG_ADMIN_URL,
+    keep: bool = False,
+    prepare: Callable[[str], None] | None = None,
 ) -> Iterator[RunningServer]:
     """Start ``climate serve`` (API + manager) on a fresh database; stop it and clean up after.
 
     ``db`` is ``sqlite`` (a file in a fresh temporary data dir) or ``postgresql`` (a fresh
     database on the server behind ``pg_admin_url``). With ``keep`` the temporary dir survives.
+    ``prepare`` gets the database URL before the server starts (to seed it).
     """
     data_dir = Path(tempfile.mkdtemp(prefix="climate-bench-"))
     log_path = data_dir / "server.log"
@@ -131,6 +136,8 @@ def climate_server(
             else:
                 sqlite_path = data_dir / "climate.db"
                 database_url = f"sqlite:///{sqlite_path}"
+            if prepare is not None:
+                prepare(database_url)  # the server migrates further if it has to
             log = stack.enter_context(log_path.open("wb"))
             proc = subprocess.Popen(
                 args, env=_server_env(data_dir), stdout=log, stderr=subprocess.STDOUT

@@ -77,6 +77,18 @@ class Calendar:
     def owned_by(self, owner: str) -> list[Span]:
         return list(self._by_owner.get(owner, ()))
 
+    def overlapping(self, host_id: int, start: float, end: float) -> list[Span]:
+        """The spans of ``host_id`` overlapping [start, end)."""
+        spans = self._hosts.get(host_id)
+        if spans is None:
+            return []
+        first = bisect_right(spans.ends, start)
+        after = bisect_left(spans.starts, end)
+        return [
+            Span(host_id, spans.starts[i], spans.ends[i], spans.owners[i])
+            for i in range(first, after)
+        ]
+
     def view(
         self,
         hosts: Iterable[tuple[int, str]],

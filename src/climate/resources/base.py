@@ -46,10 +46,13 @@ class ResourceType(abc.ABC):
         end: dt.datetime,
         *,
         active: bool,
+        now: dt.datetime | None = None,
     ) -> None:
         """Allocate resources for ``reservation`` over [start, end), replacing what it had.
 
         :param active: the lease runs already; resources it holds now may not move.
+        :param now: the current time: pending leases starting after it may exchange their
+            resources for equivalent ones to make room (None: nothing else moves).
         :raises NotEnoughCapacity: with the reason.
         """
 

@@ -94,6 +94,14 @@ class CalendarCache:
             pairs, start, end, frozenset(exclude), host_rows.LOOKAROUND.total_seconds()
         )
 
+    def overlapping(
+        self, session: Session, host_id: int, start: dt.datetime, end: dt.datetime
+    ) -> list[Span]:
+        """The allocations of ``host_id`` overlapping [start, end) (re-optimisation reads the
+        calendar host by host)."""
+        self.sync(session)
+        return self._calendar.overlapping(host_id, seconds(start), seconds(end))
+
     def replace(
         self,
         session: Session,

@@ -5,16 +5,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
+from climate.db import repacking
 from climate.db.tables import Reservation
-from climate.errors import InvalidInput
+from climate.errors import InvalidInput, NotEnoughCapacity
+from climate.planner.calendar import moment
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
+from climate.planner.repack import Occupant, RepackDemand, plan
 from climate.resources.base import ResourceType, int_field, reject_unknown
 from climate.resources.calendar_cache import CalendarCache
 
@@ -116,6 +119,7 @@ class PhysicalHostType(ResourceType):
         end: dt.datetime,
         *,
         active: bool,
+        now: dt.datetime | None = None,
     ) -> None:
         params = reservation.params
         matching = self.inventory.matching(
@@ -131,9 +135,62 @@ class PhysicalHostType(ResourceType):
             held=held,
             must_keep=held if active else frozenset(),
         )
-        chosen = choose_hosts(demand, calendars)
+        try:
+            chosen = choose_hosts(demand, calendars)
+        except NotEnoughCapacity:
+            # Late binding: pending leases may exchange hosts for equivalent ones to make room.
+            busy = {c.host_id: c.busy for c in calendars}
+            if now is None or not self._repack(session, reservation, demand, matching, now, busy):
+                raise
+            calendars = self.calendar.view(session, matching, start, end, [reservation.id])
+            chosen = choose_hosts(demand, calendars)
         self.calendar.replace(session, reservation.id, reservation.lease_id, chosen, start, end)
         session.refresh(reservation, ["allocations"])
+
+    def _repack(
+        self,
+        session: Session,
+        reservation: Reservation,
+        demand: HostDemand,
+        matching: list[host_rows.HostRecord],
+        now: dt.datetime,
+        busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]],
+    ) -> bool:
+        """Move pending reservations (planner/repack.py) so that ``demand`` fits; False if no
+        allowed moves do."""
+        matched: dict[tuple[str, str], frozenset[int]] = {}
+
+        def eligible(params: dict[str, Any]) -> frozenset[int]:
+            key = (params.get("hypervisor_properties", ""), params.get("resource_properties", ""))
+            if key not in matched:
+                matched[key] = frozenset(r.id for r in self.inventory.matching(session, *key))
+            return matched[key]
+
+        def spans(host: int, s: dt.datetime, e: dt.datetime) -> list[Occupant]:
+            found = self.calendar.overlapping(session, host, s, e)
+            return [(moment(x.start), moment(x.end), x.owner) for x in found]
+
+        world = repacking.DatabaseWorld(
+            session, spans, eligible, reservation.id, reservation.lease_id
+        )
+        candidates = frozenset(r.id for r in matching)
+        wanted = RepackDemand(
+            start=demand.start,
+            end=demand.end,
+            count=max(demand.min, len(demand.must_keep)),
+            candidates=candidates,
+            required=demand.must_keep,
+            closed=len(candidates) == len(eligible({})),
+        )
+        found = plan(wanted, now, world, busy=busy)
+        if found is None:
+            return False
+
+        def replace(rid: str, lid: str, hosts: list[int], s: dt.datetime, e: dt.datetime) -> None:
+            self.calendar.replace(session, rid, lid, hosts, s, e)
+
+        repacking.apply(session, found.moves, replace)
+        return True
 
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
         if all(a.end_date <= at for a in reservation.allocations):

@@ -139,7 +139,7 @@ class LeaseService:
                 session.add(reservation)
                 session.flush()
                 self.ctx.resource_types[reservation.resource_type].admit(
-                    session, reservation, start, request.end, active=False
+                    session, reservation, start, request.end, active=False, now=now
                 )
             for kind, when in (
                 (EventType.START_LEASE, start),
@@ -194,7 +194,7 @@ class LeaseService:
                     if reservation.status in (ReservationStatus.DELETED, ReservationStatus.ERROR):
                         continue
                     self.ctx.resource_types[reservation.resource_type].admit(
-                        session, reservation, start, end, active=active
+                        session, reservation, start, end, active=active, now=now
                     )
             before_end = lease.before_end_date
             if reshaped and changes.before_end is None and before_end is not None:

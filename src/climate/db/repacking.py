@@ -1,0 +1,112 @@
+"""Re-optimising pending leases (planner/repack.py): what the search reads, and the moves."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from climate.db.tables import HostAllocation, Lease, Reservation
+from climate.domain.status import LeaseStatus, ReservationStatus
+from climate.planner.repack import Holder, Move, Occupant
+
+CHUNK = 500  # reservation ids per query
+
+
+class DatabaseWorld:
+    """The planner's view of the calendar during one admission (``planner.repack.World``).
+
+    :param spans: the allocations of a host overlapping a window, from the in-memory calendar.
+    :param eligible: the reservable hosts matching a reservation's parameters.
+    :param reservation_id: the reservation being admitted: its own allocations are being
+        replaced, so they are not there.
+    :param lease_id: its lease: the other reservations of that lease stay where they are.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        spans: Callable[[int, dt.datetime, dt.datetime], Sequence[Occupant]],
+        eligible: Callable[[dict[str, Any]], frozenset[int]],
+        reservation_id: str,
+        lease_id: str,
+    ) -> None:
+        self.session = session
+        self.spans = spans
+        self.eligible = eligible
+        self.reservation_id = reservation_id
+        self.lease_id = lease_id
+
+    def occupants(self, host: int, start: dt.datetime, end: dt.datetime) -> list[Occupant]:
+        return [o for o in self.spans(host, start, end) if o[2] != self.reservation_id]
+
+    def holders(self, ids: Collection[str]) -> dict[str, Holder]:
+        """Each reservation's allocations, status and parameters: one query per CHUNK ids."""
+        wanted = sorted(ids)
+        rows: dict[str, list[Any]] = {}
+        for i in range(0, len(wanted), CHUNK):
+            query = (
+                select(
+                    HostAllocation.reservation_id,
+                    HostAllocation.host_id,
+                    HostAllocation.lease_id,
+                    HostAllocation.start_date,
+                    HostAllocation.end_date,
+                    Lease.status,
+                    Lease.deleted_at,
+                    Reservation.status,
+                    Reservation.params,
+                )
+                .join(Reservation, Reservation.id == HostAllocation.reservation_id)
+                .join(Lease, Lease.id == HostAllocation.lease_id)
+                .where(HostAllocation.reservation_id.in_(wanted[i : i + CHUNK]))
+            )
+            for row in self.session.execute(query):
+                rows.setdefault(row[0], []).append(row)
+        found = {}
+        for rid, group in rows.items():
+            _, _, lid, start, end, lease_status, deleted_at, status, params = group[0]
+            pending = (
+                lease_status == LeaseStatus.PENDING
+                and status == ReservationStatus.PENDING
+                and deleted_at is None
+                and lid != self.lease_id
+            )
+            found[rid] = Holder(
+                id=rid,
+                lease_id=lid,
+                start=start,
+                end=end,
+                hosts=frozenset(r[1] for r in group),
+                eligible=self.eligible(params) if pending else frozenset(),
+                pending=pending,
+                uniform=all((r[3], r[4]) == (start, end) for r in group),
+            )
+        return found
+
+
+Replace = Callable[[str, str, list[int], dt.datetime, dt.datetime], None]
+"""``replace(reservation_id, lease_id, hosts, start, end)``: the reservation holds exactly
+``hosts`` over [start, end) (``CalendarCache.replace``, which keeps the in-memory calendar and its
+change log in step)."""
+
+
+def apply(session: Session, moves: Sequence[Move], replace: Replace) -> None:
+    """Give each moved reservation its new hosts, same window.
+
+    First every moved reservation gives up the hosts it leaves, then each takes its new ones: so
+    that no host is ever held twice at once, even where moves chain or swap (PostgreSQL's
+    exclusion constraint checks every row as it is written).
+    """
+    for m in moves:
+        replace(m.reservation_id, m.lease_id, sorted(m.kept), m.start, m.end)
+    for m in moves:
+        replace(m.reservation_id, m.lease_id, sorted(m.kept | m.added), m.start, m.end)
+    # Reservations of this session that moved show their new hosts on next access.
+    moved = {m.reservation_id for m in moves}
+    for obj in list(session.identity_map.values()):
+        if isinstance(obj, Reservation) and obj.id in moved:
+            session.expire(obj, ["allocations"])

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench import machine
 from bench.profiling import read_collapsed, sampled
-from bench.scenarios import CreateConfig, EventsConfig, run_create, run_events
+from bench.scenarios import CreateConfig, EventsConfig, events_targets, run_create, run_events
 from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
 from bench.stats import fmt, jsonable, table
 
@@ -174,6 +174,11 @@ def print_events(r: dict[str, Any]) -> None:
                 ("all created before start by", f"{margin:.2f} s{note}"),
                 ("event status", r["event_status"]),
                 ("lease status after", r["lease_status"]),
+                (
+                    "climate serve memory",
+                    f"peak RSS {fmt(r['server_rss_mb']['peak'])} MB (VmHWM), "
+                    f"{fmt(r['server_rss_mb']['current'])} MB at the end",
+                ),
             ],
             align="ll",
         )
@@ -191,15 +196,25 @@ def print_events(r: dict[str, Any]) -> None:
                 s["p95"],
                 s["p99"],
                 s["max"],
+                s["late_over_100ms"],
                 s["late_over_1s"],
                 s["not_done"],
             ]
         )
     print(
         table(
-            ("", "n", "p50", "p95", "p99", "max", "late >1s", "not done"),
+            ("", "n", "p50", "p95", "p99", "max", "late >100ms", "late >1s", "not done"),
             rows,
             indent="    ",
+        )
+    )
+    print()
+    print(
+        table(
+            ("target", "measured", "goal", "verdict", "note"),
+            [t.row() for t in events_targets(r)],
+            indent="    ",
+            align="lrrll",
         )
     )
 

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,9 +19,14 @@ import psycopg
 
 from bench.server import RunningServer
 from bench.stats import percentile, summary
+from bench.targets import Target
 
 CAPACITY_ERROR = "NOT_ENOUGH_RESOURCES_AVAILABLE"
 HTTP_TIMEOUT = 60.0
+EVENT_LAG_GOAL_MS = 100.0
+"""Issue 3: with 1,000 leases starting together, every start and end event applied within
+100 ms of its time (p99, and none later)."""
+RSS_GOAL_MB = 300.0
 
 
 def utc_now() -> dt.datetime:
@@ -302,12 +308,14 @@ def run_events(
                 rows = _wait_for_events(reader, lease_ids, end, config.settle_seconds)
         finally:
             reader.close()
+        # The high-water mark since the server started: everything above, events included.
+        rss = process_memory_mb(server.pid)
         statuses = Counter(
             lease["status"]
             for lease in client.get("/v1/leases").json()["leases"]
             if lease["id"] in lease_ids
         )
-    return {
+    result: dict[str, Any] = {
         "config": {
             "leases": config.leases,
             "hosts": config.hosts,
@@ -324,7 +332,10 @@ def run_events(
         "lag_ms": _lags(rows),
         "event_status": dict(Counter(r.status for r in rows)),
         "lease_status": dict(statuses),
+        "server_rss_mb": rss,
     }
+    result["targets"] = [t.as_dict() for t in events_targets(result)]
+    return result
 
 
 def _wait_for_events(
@@ -352,9 +363,71 @@ def _lags(rows: list[EventRow]) -> dict[str, Any]:
     for kind in ("start_lease", "before_end_lease", "end_lease", "all"):
         values = by_type.get(kind, [])
         stats = summary(values)
+        stats["late_over_100ms"] = sum(1 for v in values if v > EVENT_LAG_GOAL_MS)
         stats["late_over_1s"] = sum(1 for v in values if v > 1000.0)
         stats["not_done"] = sum(
             1 for r in rows if r.done_at is None and kind in (r.event_type, "all")
         )
         result[kind] = stats
     return result
+
+
+def process_memory_mb(pid: int) -> dict[str, float | None]:
+    """Peak (``VmHWM``, the high-water mark since the process started) and current (``VmRSS``)
+    resident memory of a process, in MB, from ``/proc/<pid>/status``; None where unreadable."""
+    found: dict[str, float | None] = {"peak": None, "current": None}
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            found["peak" if key == "VmHWM" else "current"] = int(value.split()[0]) / 1024.0
+    return found
+
+
+def events_targets(result: dict[str, Any]) -> list[Target]:
+    """Issue 3's event-lag target for a run of the ``events`` scenario: start and end events
+    each with a p99 lag of at most 100 ms and none later (an event never done counts as late),
+    and the server's peak memory."""
+    leases = result["config"]["leases"]
+    lag = result["lag_ms"]
+    late = sum(
+        lag[kind]["late_over_100ms"] + lag[kind]["not_done"]
+        for kind in ("start_lease", "end_lease")
+    )
+    note = f"{leases} leases starting together"
+    if result["created_before_start_seconds"] <= 0:
+        note += "; creation overran the start: lags not meaningful"
+
+    def measured(kind: str) -> float | None:
+        value = lag[kind]["p99"]
+        return None if lag[kind]["count"] == 0 or value != value else float(value)
+
+    return [
+        Target(
+            "event lag p99, start_lease",
+            measured("start_lease"),
+            EVENT_LAG_GOAL_MS,
+            "ms",
+            note=note,
+        ),
+        Target(
+            "event lag p99, end_lease", measured("end_lease"), EVENT_LAG_GOAL_MS, "ms", note=note
+        ),
+        Target(
+            "start/end events later than 100 ms",
+            float(late),
+            0,
+            "events",
+            note="not done counts as late",
+        ),
+        Target(
+            "climate serve peak RSS (API + manager)",
+            result["server_rss_mb"]["peak"],
+            RSS_GOAL_MB,
+            "MB",
+            note="VmHWM at the end of the scenario",
+        ),
+    ]

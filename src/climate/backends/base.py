@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -21,6 +23,12 @@ class Handover:
     at: dt.datetime
 
 
+Outcome = BaseException | None
+"""Per item of a batch: None when it succeeded, else the exception that made it fail."""
+
+_Step = TypeVar("_Step")
+
+
 class Backend(abc.ABC):
     """Side effects in the world when reservations start, near their end, and end.
 
@@ -31,6 +39,11 @@ class Backend(abc.ABC):
 
     ``session`` is the event's transaction: a backend that only records (standalone) writes there,
     so that its record and the lease status commit together.
+
+    The manager runs the events due together in batches and calls the ``*_batch`` methods, one
+    item per event (the handovers of that event's lease). Their default implementations call the
+    per-handover methods, each item in a savepoint of its own, so a backend needs only the three
+    abstract methods; one that can do a batch's work in bulk overrides the ``*_batch`` methods.
     """
 
     name: str = "base"
@@ -46,3 +59,42 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def end(self, session: Session, handover: Handover) -> None:
         """Take the resources back from the project."""
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def start_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        """``start`` every handover of every item; returns one outcome per item.
+
+        An override must keep items apart: a failed item leaves nothing behind and does not
+        fail the others (report it in its outcome). It may also raise, failing the whole batch:
+        the manager then rolls the batch back and calls again with one item at a time.
+        """
+        return each_in_savepoint(session, items, lambda h: self.start(session, h))
+
+    def before_end_batch(
+        self, session: Session, items: Sequence[Sequence[tuple[Handover, str]]]
+    ) -> list[Outcome]:
+        """``before_end`` for every (handover, action) of every item; as ``start_batch``."""
+        return each_in_savepoint(session, items, lambda step: self.before_end(session, *step))
+
+    def end_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        """``end`` every handover of every item; as ``start_batch``."""
+        return each_in_savepoint(session, items, lambda h: self.end(session, h))
+
+
+def each_in_savepoint(
+    session: Session, items: Sequence[Sequence[_Step]], call: Callable[[_Step], None]
+) -> list[Outcome]:
+    """``call`` each step of each item, an item per savepoint: a failing item is rolled back
+    alone and its exception is its outcome."""
+    outcomes: list[Outcome] = []
+    for item in items:
+        try:
+            with session.begin_nested():
+                for step in item:
+                    call(step)
+        except Exception as exc:
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+    return outcomes

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, literal, select, true, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from climate.db.tables import Assignment
+from climate.db.leases import among, string_rows
+from climate.db.tables import Assignment, new_id
+from climate.db.types import UTCDateTime
+
+ASSIGNMENTS = cast(Table, Assignment.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One resource handed to a project for a reservation."""
+
+    reservation_id: str
+    lease_id: str
+    project_id: str
+    resource_type: str
+    resource_id: str
+    at: dt.datetime
 
 
 def assign(
@@ -42,6 +63,55 @@ def assign(
     session.add(assignment)
     session.flush()
     return assignment
+
+
+def assign_many(session: Session, grants: Sequence[Grant]) -> int:
+    """Record many hand-overs, one statement per hand-over time (usually one); those already
+    recorded are left as they are (idempotent, like ``assign``). Returns how many were new."""
+    if not grants:
+        return 0
+    session.flush()  # per-row assign() calls of this transaction, if any, are visible below
+    by_time: dict[dt.datetime, dict[tuple[str, str, str], tuple[str, ...]]] = defaultdict(dict)
+    for g in grants:
+        key = (g.reservation_id, g.resource_type, g.resource_id)
+        by_time[g.at].setdefault(key, (new_id(), *key, g.lease_id, g.project_id))
+    columns = ("id", "reservation_id", "resource_type", "resource_id", "lease_id", "project_id")
+    insert_ = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    added = 0
+    for at, rows in by_time.items():
+        source = select(
+            *string_rows(session, list(rows.values()), len(columns)), literal(at, UTCDateTime())
+        ).where(true())  # SQLite: an upsert's SELECT needs a WHERE (parsing ambiguity)
+        statement = (
+            insert_(ASSIGNMENTS)
+            .from_select([*columns, "assigned_at"], source)
+            .on_conflict_do_nothing(
+                index_elements=["reservation_id", "resource_type", "resource_id"]
+            )
+            .execution_options(preserve_rowcount=True)  # an INSERT's count is not kept otherwise
+        )
+        added += _count(session.execute(statement))
+    return added
+
+
+def _count(result: object) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def release_many(session: Session, reservation_ids: Collection[str], now: dt.datetime) -> int:
+    """``release`` for many reservations in one statement; returns how many were still open."""
+    if not reservation_ids:
+        return 0
+    session.flush()
+    result = session.execute(
+        update(ASSIGNMENTS)
+        .where(
+            among(session, ASSIGNMENTS.c.reservation_id, reservation_ids),
+            ASSIGNMENTS.c.released_at.is_(None),
+        )
+        .values(released_at=now)
+    )
+    return _count(result)
 
 
 def release(session: Session, reservation_id: str, now: dt.datetime) -> int:

@@ -3,14 +3,64 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import json
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import delete, func, or_, select, text, update
-from sqlalchemy.orm import Session, aliased, selectinload
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    Table,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy import cast as cast_
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, selectinload
 
-from climate.db.tables import Event, Lease
+from climate.db.engine import ADMISSION_LOCK
+from climate.db.tables import Event, Lease, Lock, Reservation
 from climate.db.types import as_utc
 from climate.domain.status import EventStatus
+
+EVENTS = cast(Table, Event.__table__)
+LEASES = cast(Table, Lease.__table__)
+RESERVATIONS = cast(Table, Reservation.__table__)
+
+
+def among(
+    session: Session,
+    column: ColumnElement[str] | InstrumentedAttribute[str],
+    values: Collection[str],
+) -> ColumnElement[bool]:
+    """``column IN values`` with the values as one parameter, however many (a JSON array on
+    SQLite, an array on PostgreSQL): a batch's statements then neither render nor bind
+    thousands of parameters, and SQLite's limit on their number never applies."""
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam(None, list(values), type_=ARRAY(String)))
+    listed = func.json_each(literal(json.dumps(list(values)))).table_valued("value")
+    return column.in_(select(listed.c.value))
+
+
+def string_rows(session: Session, rows: Sequence[Sequence[str]], width: int) -> list[Any]:
+    """Columns of ``width`` strings, one row per item of ``rows``, read from one JSON parameter:
+    the source of an ``INSERT ... SELECT`` that writes thousands of rows in one statement."""
+    payload = literal(json.dumps([list(row) for row in rows]))
+    if session.get_bind().dialect.name == "postgresql":
+        items = func.jsonb_array_elements(cast_(payload, JSONB)).table_valued("value")
+        return [items.c.value.op("->>")(literal(i)) for i in range(width)]
+    items = func.json_each(payload).table_valued("value")
+    return [func.json_extract(items.c.value, f"$[{i}]") for i in range(width)]
 
 
 def get(session: Session, lease_id: str, *, project_id: str | None = None) -> Lease | None:
@@ -81,34 +131,167 @@ def next_due(session: Session) -> dt.datetime | None:
     return min(candidates) if candidates else None
 
 
-def due_events(session: Session, now: dt.datetime, limit: int) -> Sequence[Event]:
-    """Events that may run now, in order: time, then same-time order; an event whose lease still
-    has an earlier event to run waits for it."""
+PENDING_EVENT = (EventStatus.UNDONE, EventStatus.IN_PROGRESS)
+"""An event in one of these has not happened yet: later events of its lease wait for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueEvent:
+    """A due event as the manager claims it; no timestamps (parsing them costs more than the
+    rest of the row, and the order comes from the query)."""
+
+    id: str
+    lease_id: str
+    event_type: str
+    status: str
+    seq: int
+    rank: int
+    """Position among the events of its ``round`` in run order (time, then same-time order)."""
+    round: int
+    """0 for the first waiting event of its lease, 1 for the one after it, and so on."""
+
+
+def _runnable(now: dt.datetime) -> ColumnElement[bool]:
+    """Due and free to take: waiting and due, or claimed by a manager whose claim expired."""
+    return or_(
+        (Event.status == EventStatus.UNDONE) & (Event.not_before <= now),
+        (Event.status == EventStatus.IN_PROGRESS) & (Event.claimed_until <= now),
+    )
+
+
+def due_events(session: Session, now: dt.datetime, limit: int) -> list[DueEvent]:
+    """Events that may run now, and the order they run in.
+
+    First the *heads*: due events whose lease has no earlier event (``seq``) still waiting or
+    running, in order of time then same-time order (ends before starts), at most ``limit``. Then,
+    for each head, the events of its lease that follow it and are due as well (round 1, 2): a
+    lease's start, before-end and end due at the same instant are taken in one pass, and the
+    manager runs each only after the earlier ones of its lease succeeded in that pass. A chain
+    stops at the first event that is not due (or is claimed by a live manager), so no event is
+    ever taken while an earlier event of its lease is pending and not taken with it.
+
+    On PostgreSQL the heads are locked ``FOR UPDATE SKIP LOCKED`` (another manager takes other
+    heads) and their followers ``FOR UPDATE``: only the holder of a head can take its followers.
+    """
+    postgres = session.get_bind().dialect.name == "postgresql"
+    runnable = _runnable(now)
     earlier = aliased(Event)
     waiting_on_earlier = (
         select(earlier.id)
         .where(
             earlier.lease_id == Event.lease_id,
             earlier.seq < Event.seq,
-            earlier.status.in_([EventStatus.UNDONE, EventStatus.IN_PROGRESS]),
+            earlier.status.in_(PENDING_EVENT),
         )
         .exists()
     )
-    query = (
-        select(Event)
-        .where(
-            or_(
-                (Event.status == EventStatus.UNDONE) & (Event.not_before <= now),
-                (Event.status == EventStatus.IN_PROGRESS) & (Event.claimed_until <= now),
-            ),
-            ~waiting_on_earlier,
-        )
+    heads_query = (
+        select(Event.id, Event.lease_id, Event.event_type, Event.status, Event.seq)
+        .where(runnable, ~waiting_on_earlier)
         .order_by(Event.time, Event.priority, Event.id)
         .limit(limit)
     )
+    if postgres:
+        heads_query = heads_query.with_for_update(skip_locked=True, of=Event)
+    heads = [
+        DueEvent(id, lease_id, kind, status, seq, rank, 0)
+        for rank, (id, lease_id, kind, status, seq) in enumerate(session.execute(heads_query))
+    ]
+    if not heads:
+        return []
+    head_of = {e.lease_id: e for e in heads}
+    if len(head_of) < len(heads):
+        # Two heads of one lease (equal seq): no followers for that lease in this pass.
+        twice = {lid for lid in head_of if sum(e.lease_id == lid for e in heads) > 1}
+        head_of = {lid: e for lid, e in head_of.items() if lid not in twice}
+    rest_query = (
+        select(
+            Event.id,
+            Event.lease_id,
+            Event.event_type,
+            Event.status,
+            Event.seq,
+            case((runnable, True), else_=False),
+        )
+        .where(among(session, Event.lease_id, head_of), Event.status.in_(PENDING_EVENT))
+        .order_by(Event.time, Event.priority, Event.id)
+    )
+    if postgres:
+        rest_query = rest_query.with_for_update(of=Event)
+    by_lease: dict[str, list[tuple[int, int, str, str, str, bool]]] = defaultdict(list)
+    for rank, (id, lease_id, kind, status, seq, ok) in enumerate(session.execute(rest_query)):
+        by_lease[lease_id].append((seq, rank, id, kind, status, bool(ok)))
+    followers: list[DueEvent] = []
+    for lease_id, rows in by_lease.items():
+        head = head_of[lease_id]
+        rows.sort()
+        chain = 0
+        for seq, rank, id, kind, status, ok in rows:
+            if id == head.id:
+                continue
+            if not ok or seq <= head.seq:
+                break  # not due yet, claimed by another manager, or a tie with the head
+            chain += 1
+            followers.append(DueEvent(id, lease_id, kind, status, seq, rank, chain))
+    return heads + followers
+
+
+def chains_due_by(session: Session, when: dt.datetime, limit: int) -> list[DueEvent]:
+    """What ``due_events`` will take at ``when`` if nothing changes until then, read ahead of
+    time: for each lease with a waiting event due by ``when`` (at most ``limit`` leases, the
+    soonest first), its pending events in lifecycle order as long as they are waiting and due by
+    then. A lease whose first pending event is not waiting and due (another manager runs it, or
+    it is due later), or with two pending events of one ``seq``, is left out: ``due_events``
+    will see to it when the time comes."""
+    due_by = (Event.status == EventStatus.UNDONE) & (Event.not_before <= when)
+    leases = (
+        select(Event.lease_id)
+        .where(due_by)
+        .group_by(Event.lease_id)
+        .order_by(func.min(Event.not_before))
+        .limit(limit)
+    )
+    query = (
+        select(
+            Event.id,
+            Event.lease_id,
+            Event.event_type,
+            Event.status,
+            Event.seq,
+            case((due_by, True), else_=False),
+        )
+        .where(Event.lease_id.in_(leases.scalar_subquery()), Event.status.in_(PENDING_EVENT))
+        .order_by(Event.time, Event.priority, Event.id)
+    )
+    by_lease: dict[str, list[tuple[int, int, str, str, str, bool]]] = defaultdict(list)
+    for rank, (id, lease_id, kind, status, seq, ok) in enumerate(session.execute(query)):
+        by_lease[lease_id].append((seq, rank, id, kind, status, bool(ok)))
+    chains: list[DueEvent] = []
+    for lease_id, rows in by_lease.items():
+        rows.sort()
+        if len({row[0] for row in rows}) < len(rows):
+            continue
+        for place, (seq, rank, id, kind, status, ok) in enumerate(rows):
+            if not ok:
+                break
+            chains.append(DueEvent(id, lease_id, kind, status, seq, rank, place))
+    return chains
+
+
+def take_waiting(session: Session, event_ids: Collection[str], now: dt.datetime) -> int:
+    """How many of ``event_ids`` are still waiting and due; on PostgreSQL they are locked for
+    this transaction (SKIP LOCKED: one another manager is taking is not counted)."""
+    if not event_ids:
+        return 0
+    query = select(Event.id).where(
+        among(session, Event.id, event_ids),
+        Event.status == EventStatus.UNDONE,
+        Event.not_before <= now,
+    )
     if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=Event)
-    return session.scalars(query).all()
+        query = query.with_for_update(skip_locked=True)
+        return len(session.execute(query).all())
+    return int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
 
 
 def claim(
@@ -119,28 +302,130 @@ def claim(
     if not event_ids:
         return
     session.execute(
-        update(Event)
-        .where(Event.id.in_(list(event_ids)))
+        update(EVENTS)
+        .where(among(session, EVENTS.c.id, event_ids))
         .values(
             status=EventStatus.IN_PROGRESS,
             claimed_by=owner,
             claimed_until=until,
-            attempts=Event.attempts + 1,
+            attempts=EVENTS.c.attempts + 1,
             updated_at=now,
         )
-        .execution_options(synchronize_session=False)
     )
 
 
-def events_with_leases(session: Session, event_ids: Sequence[str]) -> list[Event]:
-    """The events, in execution order, with their leases (reservations, allocations) loaded."""
-    found = session.scalars(
-        select(Event)
-        .where(Event.id.in_(list(event_ids)))
-        .options(selectinload(Event.lease))
-        .order_by(Event.time, Event.priority, Event.id)
-    ).all()
-    return list(found)
+def lost_claims(session: Session, event_ids: Collection[str], owner: str) -> set[str]:
+    """Those of ``event_ids`` that ``owner`` no longer holds (its claim expired and another
+    manager took the event over); usually none, so nothing comes back."""
+    if not event_ids:
+        return set()
+    rows = session.execute(
+        select(Event.id).where(
+            among(session, Event.id, event_ids),
+            or_(
+                Event.status != EventStatus.IN_PROGRESS,
+                Event.claimed_by.is_(None),
+                Event.claimed_by != owner,
+            ),
+        )
+    )
+    return {row[0] for row in rows}
+
+
+def unclaim(session: Session, event_ids: Collection[str], owner: str, now: dt.datetime) -> None:
+    """Give back claimed events that were not run (an earlier event of their lease failed in
+    the same pass): waiting again, and the claim does not count as an attempt."""
+    if not event_ids:
+        return
+    session.execute(
+        update(EVENTS)
+        .where(
+            among(session, EVENTS.c.id, event_ids),
+            EVENTS.c.status == EventStatus.IN_PROGRESS,
+            EVENTS.c.claimed_by == owner,
+        )
+        .values(
+            status=EventStatus.UNDONE,
+            claimed_by=None,
+            claimed_until=None,
+            attempts=EVENTS.c.attempts - 1,
+            updated_at=now,
+        )
+    )
+
+
+def finish_events(
+    session: Session,
+    event_ids: Collection[str],
+    at: dt.datetime,
+    *,
+    taken_by: str | None = None,
+    until: dt.datetime | None = None,
+) -> None:
+    """The events are DONE; ``at`` is when their work finished. With ``taken_by``, the events
+    were taken in this same transaction without a claim before (``take_waiting``): the claim's
+    columns and the attempt are written here too."""
+    if not event_ids:
+        return
+    values: dict[str, object] = {
+        "status": EventStatus.DONE,
+        "done_at": at,
+        "updated_at": at,
+        "last_error": None,
+    }
+    if taken_by is not None:
+        values.update(claimed_by=taken_by, claimed_until=until, attempts=EVENTS.c.attempts + 1)
+    session.execute(update(EVENTS).where(among(session, EVENTS.c.id, event_ids)).values(**values))
+
+
+def set_lease_status(
+    session: Session, lease_ids: Collection[str], status: str | None, at: dt.datetime
+) -> None:
+    """One statement for many leases: the new ``status`` (None: unchanged) and ``updated_at``."""
+    if not lease_ids:
+        return
+    values: dict[str, object] = {"updated_at": at}
+    if status is not None:
+        values["status"] = status
+    session.execute(update(LEASES).where(among(session, LEASES.c.id, lease_ids)).values(**values))
+
+
+def set_reservation_status(
+    session: Session, reservation_ids: Collection[str], status: str, at: dt.datetime
+) -> None:
+    if not reservation_ids:
+        return
+    session.execute(
+        update(RESERVATIONS)
+        .where(among(session, RESERVATIONS.c.id, reservation_ids))
+        .values(status=status, updated_at=at)
+    )
+
+
+def leases_for_events(
+    session: Session, lease_ids: Collection[str], *, with_events: bool
+) -> dict[str, Lease]:
+    """The leases with their reservations and allocations, in three queries, replacing any copy
+    the session holds. Their events only ``with_events`` (a notification shows them); without,
+    touching ``lease.events`` loads them then."""
+    if not lease_ids:
+        return {}
+    options = [selectinload(Lease.reservations).selectinload(Reservation.allocations)]
+    if not with_events:
+        options.append(lazyload(Lease.events))
+    query = (
+        select(Lease)
+        .where(among(session, Lease.id, lease_ids))
+        .options(*options)
+        .execution_options(populate_existing=True)
+    )
+    return {lease.id: lease for lease in session.scalars(query)}
+
+
+def admission_version(session: Session) -> int:
+    """Bumped by every API transaction that changes leases, reservations, allocations or hosts
+    (they all take the admission lock); the manager's own writes leave it alone."""
+    return int(session.scalar(select(Lock.version).where(Lock.name == ADMISSION_LOCK)) or 0)
 
 
 EVENTS_CHANNEL = "climate_events"

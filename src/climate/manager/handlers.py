@@ -1,12 +1,27 @@
-"""What each event does to its lease, in the event's own transaction."""
+"""What each event does to its lease, decided per event and applied per batch.
+
+``decide`` looks at one event and its lease (as loaded, with the changes of the events before it
+in the same pass on top, in ``Statuses``) and returns a ``Step``: which statuses move, which
+reservations the backend hands over or takes back. It writes nothing, so the manager may decide
+ahead of the due instant. ``apply`` takes the steps of a *segment* (events of one type, each of
+a different lease), asks the backend to do all their side effects in one call, then writes the
+new statuses and marks the events DONE in a few statements. An event whose step or backend item
+fails changes nothing and is reported; the others stand.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
-from climate.backends.base import Backend, Handover
+from climate.backends.base import Backend, Handover, Outcome
+from climate.db import leases as lease_rows
 from climate.db.tables import Event, Lease, Reservation
 from climate.domain.status import (
     LEASE_TRANSITIONS,
@@ -16,8 +31,10 @@ from climate.domain.status import (
     check_lease_transition,
     check_reservation_transition,
 )
-from climate.notify import enqueue_lease
+from climate.notify import enqueue_lease, enqueue_leases
 from climate.services.context import ServiceContext
+
+LOG = logging.getLogger(__name__)
 
 # The lease status an event puts the lease in while its backend work runs.
 TRANSITIONAL = {
@@ -25,13 +42,65 @@ TRANSITIONAL = {
     EventType.END_LEASE: LeaseStatus.TERMINATING,
 }
 
+Finish = Callable[[Session, list[str], dt.datetime], None]
+"""Marks events DONE, given when their work finished."""
+
 
 def mark_in_progress(lease: Lease, event: Event) -> None:
     """Move the lease to its transitional status when its start or end event is claimed."""
-    target = TRANSITIONAL.get(EventType(event.event_type))
-    if target is None or target not in LEASE_TRANSITIONS[LeaseStatus(lease.status)]:
-        return  # already there, or nothing left to do: the handler sees that and does nothing
-    lease.status = target
+    lease.status = _marked(lease.status, EventType(event.event_type))
+
+
+def _marked(status: str, kind: EventType) -> str:
+    """The lease status once an event of ``kind`` is under way (unchanged when the transitional
+    status is already there or out of reach: the handler then sees that and does nothing)."""
+    target = TRANSITIONAL.get(kind)
+    if target is None or target not in LEASE_TRANSITIONS[LeaseStatus(status)]:
+        return status
+    return target
+
+
+@dataclass
+class Step:
+    """What one event changes, decided before anything is written."""
+
+    event_id: str
+    lease: Lease
+    lease_status: LeaseStatus | None = None
+    """The lease's status once the event is done; None: unchanged."""
+    reservation_status: ReservationStatus | None = None
+    reservations: list[Reservation] = field(default_factory=list)
+    """The reservations that go to ``reservation_status``."""
+    handovers: list[Handover] = field(default_factory=list)
+    """What the backend works on: one per reservation, at the time the step was decided for."""
+    actions: list[str] = field(default_factory=list)
+    """Before-end: the action of each handover."""
+    releases: list[Reservation] = field(default_factory=list)
+    """End before the lease's end date: reservations whose resources go back early."""
+    topic: str | None = None
+    """The notification; an event that notifies also sets the lease's ``updated_at``."""
+
+
+class Statuses:
+    """Lease and reservation statuses as they are during a pass: as loaded, with the changes of
+    the steps done (or, ahead of time, planned) before on top."""
+
+    def __init__(self) -> None:
+        self._leases: dict[str, str] = {}
+        self._reservations: dict[str, str] = {}
+
+    def lease(self, lease: Lease) -> str:
+        return self._leases.get(lease.id, lease.status)
+
+    def reservation(self, reservation: Reservation) -> str:
+        return self._reservations.get(reservation.id, reservation.status)
+
+    def record(self, step: Step) -> None:
+        if step.lease_status is not None:
+            self._leases[step.lease.id] = step.lease_status
+        if step.reservation_status is not None:
+            for reservation in step.reservations:
+                self._reservations[reservation.id] = step.reservation_status
 
 
 class EventHandlers:
@@ -39,60 +108,67 @@ class EventHandlers:
         self.ctx = ctx
         self.backend = backend
 
-    def run(self, session: Session, lease: Lease, event: Event, now: dt.datetime) -> None:
-        kind = EventType(event.event_type)
+    # -- deciding ----------------------------------------------------------------------------
+
+    def decide(
+        self,
+        kind: EventType,
+        event_id: str,
+        lease: Lease,
+        statuses: Statuses,
+        now: dt.datetime,
+    ) -> Step:
+        """What event ``event_id`` of type ``kind`` does to ``lease`` at ``now``.
+
+        :raises Conflict: a status transition the tables do not allow.
+        """
+        step = Step(event_id, lease)
+        status = statuses.lease(lease)
         if kind is EventType.START_LEASE:
-            self._start(session, lease, now)
+            if _marked(status, kind) != LeaseStatus.STARTING:
+                return step  # deleted or ended before it could start: nothing to hand out
+            live = self._live(lease, statuses)
+            for reservation in live:
+                check_reservation_transition(
+                    statuses.reservation(reservation), ReservationStatus.ACTIVE
+                )
+            check_lease_transition(LeaseStatus.STARTING, LeaseStatus.ACTIVE)
+            step.lease_status = LeaseStatus.ACTIVE
+            step.reservation_status = ReservationStatus.ACTIVE
+            step.reservations = live
+            step.handovers = [self._handover(lease, r, now) for r in live]
+            step.topic = "lease.start"
         elif kind is EventType.END_LEASE:
-            self._end(session, lease, now)
+            if _marked(status, kind) != LeaseStatus.TERMINATING:
+                return step
+            ending = [
+                r
+                for r in lease.reservations
+                if statuses.reservation(r) != ReservationStatus.DELETED
+            ]
+            for reservation in ending:
+                check_reservation_transition(
+                    statuses.reservation(reservation), ReservationStatus.DELETED
+                )
+            check_lease_transition(LeaseStatus.TERMINATING, LeaseStatus.TERMINATED)
+            step.lease_status = LeaseStatus.TERMINATED
+            step.reservation_status = ReservationStatus.DELETED
+            step.reservations = ending
+            step.handovers = [self._handover(lease, r, now) for r in ending]
+            # Resources are allocated over the lease's window, so once its end date has come
+            # there is nothing left to give back; an earlier end (a deleted running lease)
+            # gives back what lies after ``now``.
+            if ends_early(lease, now):
+                step.releases = ending
+            step.topic = "lease.end"
         else:
-            self._before_end(session, lease, now)
-
-    def _start(self, session: Session, lease: Lease, now: dt.datetime) -> None:
-        if lease.status != LeaseStatus.STARTING:
-            return  # deleted or ended before it could start: nothing to hand out
-        for reservation in _live(lease):
-            self.backend.start(session, self._handover(lease, reservation, now))
-            check_reservation_transition(reservation.status, ReservationStatus.ACTIVE)
-            reservation.status = ReservationStatus.ACTIVE
-            reservation.updated_at = now
-        check_lease_transition(lease.status, LeaseStatus.ACTIVE)
-        lease.status = LeaseStatus.ACTIVE
-        self._notify(session, "lease.start", lease, now)
-
-    def _end(self, session: Session, lease: Lease, now: dt.datetime) -> None:
-        if lease.status != LeaseStatus.TERMINATING:
-            return
-        for reservation in lease.reservations:
-            if reservation.status == ReservationStatus.DELETED:
-                continue
-            self.backend.end(session, self._handover(lease, reservation, now))
-            self.ctx.resource_types[reservation.resource_type].release(session, reservation, now)
-            check_reservation_transition(reservation.status, ReservationStatus.DELETED)
-            reservation.status = ReservationStatus.DELETED
-            reservation.updated_at = now
-        check_lease_transition(lease.status, LeaseStatus.TERMINATED)
-        lease.status = LeaseStatus.TERMINATED
-        self._notify(session, "lease.end", lease, now)
-
-    def _before_end(self, session: Session, lease: Lease, now: dt.datetime) -> None:
-        if lease.status != LeaseStatus.ACTIVE or lease.deleted_at is not None:
-            return
-        for reservation in _live(lease):
-            action = str(reservation.params.get("before_end", "default"))
-            self.backend.before_end(session, self._handover(lease, reservation, now), action)
-        self._notify(session, "lease.before_end", lease, now)
-
-    def fail(self, session: Session, lease: Lease, reason: str, now: dt.datetime) -> None:
-        """The event gave up: the lease and its live reservations go to ERROR with the reason."""
-        if lease.status != LeaseStatus.ERROR:
-            check_lease_transition(lease.status, LeaseStatus.ERROR)
-            lease.status = LeaseStatus.ERROR
-        lease.status_reason = reason
-        for reservation in _live(lease):
-            check_reservation_transition(reservation.status, ReservationStatus.ERROR)
-            reservation.status = ReservationStatus.ERROR
-        self._notify(session, "lease.error", lease, now)
+            if status != LeaseStatus.ACTIVE or lease.deleted_at is not None:
+                return step
+            live = self._live(lease, statuses)
+            step.handovers = [self._handover(lease, r, now) for r in live]
+            step.actions = [str(r.params.get("before_end", "default")) for r in live]
+            step.topic = "lease.before_end"
+        return step
 
     def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
         resource_type = self.ctx.resource_types[reservation.resource_type]
@@ -105,14 +181,130 @@ class EventHandlers:
             at=now,
         )
 
-    def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
+    @staticmethod
+    def _live(lease: Lease, statuses: Statuses) -> list[Reservation]:
+        return [
+            r
+            for r in lease.reservations
+            if statuses.reservation(r) in (ReservationStatus.PENDING, ReservationStatus.ACTIVE)
+        ]
+
+    # -- applying ----------------------------------------------------------------------------
+
+    def apply(
+        self,
+        session: Session,
+        kind: EventType,
+        steps: Sequence[Step | BaseException],
+        now: dt.datetime,
+        finish: Finish,
+    ) -> list[Outcome]:
+        """Do the steps of a segment (all of type ``kind``, each of its own lease; an exception
+        in place of a step is a decision that failed) and ``finish`` the successful events;
+        returns one outcome per step. Raises only when the segment as a whole could not be
+        written (the caller rolls it back and applies the steps one by one)."""
+        todo: list[Step | BaseException] = list(steps)
+        self._release(session, todo, now)
+        self._backend(session, kind, todo)
+        self._write(session, [s for s in todo if isinstance(s, Step)], now, finish)
+        return [s if isinstance(s, BaseException) else None for s in todo]
+
+    def _release(
+        self, session: Session, steps: list[Step | BaseException], now: dt.datetime
+    ) -> None:
+        """Early ends give their resources back, each in a savepoint of its own, before the
+        backend: a failure leaves that event undone and nothing of it written."""
+        for i, step in enumerate(steps):
+            if not isinstance(step, Step) or not step.releases:
+                continue
+            try:
+                with session.begin_nested():
+                    for reservation in step.releases:
+                        resource_type = self.ctx.resource_types[reservation.resource_type]
+                        resource_type.release(session, reservation, now)
+            except Exception as exc:
+                steps[i] = exc
+
+    def _backend(
+        self, session: Session, kind: EventType, steps: list[Step | BaseException]
+    ) -> None:
+        busy = [(i, s) for i, s in enumerate(steps) if isinstance(s, Step) and s.handovers]
+        if not busy:
+            return
+        items = [s.handovers for _, s in busy]
+        if kind is EventType.START_LEASE:
+            outcomes = self.backend.start_batch(session, items)
+        elif kind is EventType.END_LEASE:
+            outcomes = self.backend.end_batch(session, items)
+        else:
+            outcomes = self.backend.before_end_batch(
+                session,
+                [
+                    list(zip(item, s.actions, strict=True))
+                    for item, (_, s) in zip(items, busy, strict=True)
+                ],
+            )
+        if len(outcomes) != len(busy):
+            raise RuntimeError(
+                f"backend {self.backend.name} returned {len(outcomes)} outcomes "
+                f"for {len(busy)} events"
+            )
+        for (i, _), outcome in zip(busy, outcomes, strict=True):
+            if outcome is not None:
+                steps[i] = outcome
+
+    def _write(self, session: Session, done: list[Step], now: dt.datetime, finish: Finish) -> None:
+        """Statuses of the leases and reservations that moved, then the events: one statement
+        per (table, new status)."""
+        leases: dict[str | None, list[str]] = defaultdict(list)
+        reservations: dict[str, list[str]] = defaultdict(list)
+        for step in done:
+            if step.lease_status is not None or step.topic is not None:
+                leases[step.lease_status].append(step.lease.id)
+            if step.reservation_status is not None and step.reservations:
+                reservations[step.reservation_status].extend(r.id for r in step.reservations)
+        for status, ids in leases.items():
+            lease_rows.set_lease_status(session, ids, status, now)
+        for status, ids in reservations.items():
+            lease_rows.set_reservation_status(session, ids, status, now)
+        # When the events' work finished (the batch commits a few ms later), for lag figures.
+        finish(session, [s.event_id for s in done], self.ctx.clock.now())
+        notices = [s for s in done if s.topic is not None]
+        if not self.ctx.settings.webhooks or not notices:
+            return
+        # The notification shows the lease as the API will: bring the loaded copy up to date
+        # (without making it dirty: it is written already).
+        for step in notices:
+            set_committed_value(step.lease, "updated_at", now)
+            if step.lease_status is not None:
+                set_committed_value(step.lease, "status", str(step.lease_status))
+            for reservation in step.reservations:
+                set_committed_value(reservation, "status", str(step.reservation_status))
+                set_committed_value(reservation, "updated_at", now)
+        enqueue_leases(
+            session,
+            self.ctx.settings.webhooks,
+            [(s.topic, s.lease) for s in notices if s.topic is not None],
+            now,
+        )
+
+    # -- giving up ---------------------------------------------------------------------------
+
+    def fail(self, session: Session, lease: Lease, reason: str, now: dt.datetime) -> None:
+        """The event gave up: the lease and its live reservations go to ERROR with the reason."""
+        if lease.status != LeaseStatus.ERROR:
+            check_lease_transition(lease.status, LeaseStatus.ERROR)
+            lease.status = LeaseStatus.ERROR
+        lease.status_reason = reason
+        for reservation in lease.reservations:
+            if reservation.status in (ReservationStatus.PENDING, ReservationStatus.ACTIVE):
+                check_reservation_transition(reservation.status, ReservationStatus.ERROR)
+                reservation.status = ReservationStatus.ERROR
         lease.updated_at = now
-        enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
+        enqueue_lease(session, self.ctx.settings.webhooks, "lease.error", lease, now)
 
 
-def _live(lease: Lease) -> list[Reservation]:
-    return [
-        r
-        for r in lease.reservations
-        if r.status in (ReservationStatus.PENDING, ReservationStatus.ACTIVE)
-    ]
+def ends_early(lease: Lease, now: dt.datetime) -> bool:
+    """An end event before the lease's end date (a running lease deleted): its resources must
+    be given back through the resource type."""
+    return now < lease.end_date

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
@@ -20,3 +21,19 @@ def enqueue_lease(
     session.flush()
     payload = {"event": topic, "sent_at": wire.stamp(now), "lease": wire.lease(lease)}
     outbox.enqueue(session, urls, topic, payload, now, lease.id)
+
+
+def enqueue_leases(
+    session: Session,
+    urls: tuple[str, ...],
+    notices: Sequence[tuple[str, Lease]],
+    now: dt.datetime,
+) -> None:
+    """``enqueue_lease`` for many (topic, lease) pairs at once, for leases that are fully loaded
+    and whose changes are already written (the manager's batches): no flush per lease."""
+    if not urls or not notices:
+        return
+    sent_at = wire.stamp(now)
+    for topic, lease in notices:
+        payload = {"event": topic, "sent_at": sent_at, "lease": wire.lease(lease)}
+        outbox.enqueue(session, urls, topic, payload, now, lease.id)

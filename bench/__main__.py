@@ -13,9 +13,12 @@ from typing import Any
 
 from bench import machine
 from bench.profiling import read_collapsed, sampled
+from bench.quality import print_quality, quality_targets, run_quality
+from bench.scale import print_scale, run_scale, scale_targets
 from bench.scenarios import CreateConfig, EventsConfig, events_targets, run_create, run_events
 from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
-from bench.stats import fmt, jsonable, table
+from bench.stats import fmt, jsonable, percentile, table
+from bench.targets import Target
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LAT_HEADERS = ("", "n", "median", "p95", "p99", "max", "mean")
@@ -23,7 +26,18 @@ LAT_HEADERS = ("", "n", "median", "p95", "p99", "max", "mean")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--scenario", choices=["create", "events", "all"], default="all")
+    p.add_argument(
+        "--scenario", choices=["create", "events", "scale", "quality", "all"], default="all"
+    )
+    p.add_argument(
+        "--scale-hosts", type=int, default=1000, help="scale: hosts (default %(default)s)"
+    )
+    p.add_argument(
+        "--scale-allocations",
+        type=int,
+        default=100_000,
+        help="scale: seeded future allocations (default %(default)s)",
+    )
     p.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     p.add_argument(
         "--pg-admin-url",
@@ -300,6 +314,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_events(events)
         if args.profile:
             print_profile(events["profile"], "while applying the events", "Manager.run_due")
+
+    targets: list[Target] = []
+    if "events" in results["scenarios"]:
+        targets += events_targets(results["scenarios"]["events"])
+    if args.scenario in ("scale", "all"):
+        small = run_scale(50, 0, 200)
+        print_scale(small)
+        targets.append(
+            Target(
+                "HTTP single-host p50, H=50, 200 contending",
+                percentile(small["single_ms"], 50),
+                2.5,
+                "ms",
+            )
+        )
+        big = run_scale(args.scale_hosts, args.scale_allocations, 200)
+        print_scale(big)
+        targets += scale_targets(big)
+        results["scenarios"]["scale"] = {"small": small, "large": big}
+    if args.scenario in ("quality", "all"):
+        quality = run_quality()
+        print_quality(quality)
+        targets += quality_targets(quality)
+        results["scenarios"]["quality"] = quality
+    if targets:
+        print()
+        print("targets (issue 3)")
+        print(table(["target", "measured", "goal", "verdict", "note"], [t.row() for t in targets]))
+        results["targets"] = [t.as_dict() for t in targets]
 
     results["machine"]["load_average_at_end"] = machine.load_average()
     print()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
 from climate import wire
@@ -41,22 +44,30 @@ def create_host(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONRe
     return JSONResponse({"host": wire.host(host)}, status_code=201)
 
 
+@dataclass
+class AllocationFilters:
+    """Query parameters of both allocation endpoints."""
+
+    lease_id: str | None = None
+    reservation_id: str | None = None
+    start_date: str | None = None
+    end_date: str | None = None
+
+    def as_arguments(self) -> dict[str, Any]:
+        return {
+            "lease_id": self.lease_id,
+            "reservation_id": self.reservation_id,
+            "start": optional_date("start_date", self.start_date),
+            "end": optional_date("end_date", self.end_date),
+        }
+
+
+FiltersDep = Annotated[AllocationFilters, Depends()]
+
+
 @router.get("/allocations")
-def list_allocations(
-    services: ServicesDep,
-    actor: ActorDep,
-    lease_id: str | None = None,
-    reservation_id: str | None = None,
-    start_date: str | None = None,
-    end_date: str | None = None,
-) -> JSONResponse:
-    found = services.hosts.allocations(
-        actor,
-        lease_id=lease_id,
-        reservation_id=reservation_id,
-        start=optional_date("start_date", start_date),
-        end=optional_date("end_date", end_date),
-    )
+def list_allocations(services: ServicesDep, actor: ActorDep, filters: FiltersDep) -> JSONResponse:
+    found = services.hosts.allocations(actor, **filters.as_arguments())
     return JSONResponse({"allocations": [_allocation(a) for a in found]})
 
 
@@ -112,20 +123,7 @@ def delete_host(services: ServicesDep, actor: ActorDep, host_id: str) -> Respons
 
 @router.get("/{host_id}/allocation")
 def show_allocation(
-    services: ServicesDep,
-    actor: ActorDep,
-    host_id: str,
-    lease_id: str | None = None,
-    reservation_id: str | None = None,
-    start_date: str | None = None,
-    end_date: str | None = None,
+    services: ServicesDep, actor: ActorDep, host_id: str, filters: FiltersDep
 ) -> JSONResponse:
-    found = services.hosts.allocations(
-        actor,
-        host_id=host_id,
-        lease_id=lease_id,
-        reservation_id=reservation_id,
-        start=optional_date("start_date", start_date),
-        end=optional_date("end_date", end_date),
-    )
+    found = services.hosts.allocations(actor, host_id=host_id, **filters.as_arguments())
     return JSONResponse({"allocation": _allocation(found[0])})

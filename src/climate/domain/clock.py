@@ -39,3 +39,9 @@ class ManualClock:
     def set(self, when: dt.datetime) -> None:
         with self._lock:
             self._now = when.astimezone(UTC)
+
+
+def seconds_until(due: dt.datetime | None, now: dt.datetime, longest: float) -> float:
+    """How long to sleep for something due at ``due``: never negative, at most ``longest``."""
+    wait = longest if due is None else min(longest, (due - now).total_seconds())
+    return max(wait, 0.0)

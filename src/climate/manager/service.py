@@ -33,6 +33,7 @@ from climate.backends.base import Backend, Outcome
 from climate.db import leases as lease_rows
 from climate.db.leases import DueEvent
 from climate.db.tables import Event, Lease
+from climate.domain.clock import seconds_until
 from climate.domain.status import EventStatus, EventType, check_event_transition
 from climate.manager.handlers import (
     EventHandlers,
@@ -410,10 +411,7 @@ class Manager:
     def seconds_until_next(self) -> float:
         with self.ctx.db.reader() as session:
             due = lease_rows.next_due(session)
-        wait = self.ctx.settings.max_wait_seconds
-        if due is not None:
-            wait = min(wait, (due - self.ctx.clock.now()).total_seconds())
-        return max(wait, 0.0)
+        return seconds_until(due, self.ctx.clock.now(), self.ctx.settings.max_wait_seconds)
 
     def _sleep_or_prepare(self) -> float:
         """Seconds to sleep: until the next event is due, or until it is time to plan it.

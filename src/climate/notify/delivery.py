@@ -13,6 +13,7 @@ import httpx
 
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
+from climate.domain.clock import seconds_until
 from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
@@ -107,10 +108,7 @@ class Deliverer:
     def seconds_until_next(self) -> float:
         with self.ctx.db.reader() as session:
             due = outbox.next_due(session)
-        wait = self.ctx.settings.max_wait_seconds
-        if due is not None:
-            wait = min(wait, (due - self.ctx.clock.now()).total_seconds())
-        return max(wait, 0.0)
+        return seconds_until(due, self.ctx.clock.now(), self.ctx.settings.max_wait_seconds)
 
     def wake(self) -> None:
         self._wake.set()

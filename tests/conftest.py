@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -176,18 +177,25 @@ class LiveServer:
         self.workers.stop()
 
 
+@contextlib.contextmanager
+def serve(settings: Settings, url: str) -> Iterator[LiveServer]:
+    """A live server on the real clock with these settings, on the database at ``url``."""
+    database = Database(url)
+    try:
+        with LiveServer(build_context(settings, database, SystemClock())) as server:
+            yield server
+    finally:
+        database.dispose()
+
+
 @pytest.fixture
 def live(settings: Settings, database_url: str) -> Iterator[LiveServer]:
     """A live server on the real clock, over SQLite and PostgreSQL."""
-    database = Database(database_url)
-    with LiveServer(build_context(settings, database, SystemClock())) as server:
+    with serve(settings, database_url) as server:
         yield server
-    database.dispose()
 
 
 @pytest.fixture
 def live_sqlite(settings: Settings, sqlite_url: str) -> Iterator[LiveServer]:
-    database = Database(sqlite_url)
-    with LiveServer(build_context(settings, database, SystemClock())) as server:
+    with serve(settings, sqlite_url) as server:
         yield server
-    database.dispose()

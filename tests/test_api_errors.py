@@ -21,10 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from climate.config import Settings, load_settings
-from climate.db.engine import Database
-from climate.domain.clock import SystemClock
-from climate.runtime import build_context
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, serve
 
 ERROR_KEYS = {"error_code", "error_message", "error_name"}
 COUNTED_TABLES = (
@@ -80,17 +77,6 @@ def lease_body(name: str = "lease-1", **overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
-
-
-@contextlib.contextmanager
-def serve(settings: Settings, url: str) -> Iterator[LiveServer]:
-    """A live server with custom settings (the conftest fixtures use the defaults)."""
-    database = Database(url)
-    try:
-        with LiveServer(build_context(settings, database, SystemClock())) as server:
-            yield server
-    finally:
-        database.dispose()
 
 
 @contextlib.contextmanager

@@ -14,12 +14,9 @@ import pytest
 from sqlalchemy import text
 
 from climate.config import Settings, load_settings
-from climate.db.engine import Database
-from climate.domain.clock import SystemClock
 from climate.errors import InvalidInput
-from climate.runtime import build_context
 from climate.services.tokens import TokenService
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, serve
 
 ERROR_KEYS = {"error_code", "error_message", "error_name"}
 ALICE = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
@@ -51,16 +48,6 @@ def lease_body(name: str, day: int = 1, query: str = "") -> dict[str, Any]:
         ],
         "events": [],
     }
-
-
-@contextlib.contextmanager
-def serve(settings: Settings, url: str) -> Iterator[LiveServer]:
-    database = Database(url)
-    try:
-        with LiveServer(build_context(settings, database, SystemClock())) as server:
-            yield server
-    finally:
-        database.dispose()
 
 
 @contextlib.contextmanager

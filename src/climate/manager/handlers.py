@@ -127,16 +127,14 @@ class EventHandlers:
         if kind is EventType.START_LEASE:
             if _marked(status, kind) != LeaseStatus.STARTING:
                 return step  # deleted or ended before it could start: nothing to hand out
-            live = self._live(lease, statuses)
-            for reservation in live:
-                check_reservation_transition(
-                    statuses.reservation(reservation), ReservationStatus.ACTIVE
-                )
-            check_lease_transition(LeaseStatus.STARTING, LeaseStatus.ACTIVE)
-            step.lease_status = LeaseStatus.ACTIVE
-            step.reservation_status = ReservationStatus.ACTIVE
-            step.reservations = live
-            step.handovers = [self._handover(lease, r, now) for r in live]
+            self._move(
+                step,
+                self._live(lease, statuses),
+                statuses,
+                (LeaseStatus.STARTING, LeaseStatus.ACTIVE),
+                ReservationStatus.ACTIVE,
+                now,
+            )
             step.topic = "lease.start"
         elif kind is EventType.END_LEASE:
             if _marked(status, kind) != LeaseStatus.TERMINATING:
@@ -146,15 +144,14 @@ class EventHandlers:
                 for r in lease.reservations
                 if statuses.reservation(r) != ReservationStatus.DELETED
             ]
-            for reservation in ending:
-                check_reservation_transition(
-                    statuses.reservation(reservation), ReservationStatus.DELETED
-                )
-            check_lease_transition(LeaseStatus.TERMINATING, LeaseStatus.TERMINATED)
-            step.lease_status = LeaseStatus.TERMINATED
-            step.reservation_status = ReservationStatus.DELETED
-            step.reservations = ending
-            step.handovers = [self._handover(lease, r, now) for r in ending]
+            self._move(
+                step,
+                ending,
+                statuses,
+                (LeaseStatus.TERMINATING, LeaseStatus.TERMINATED),
+                ReservationStatus.DELETED,
+                now,
+            )
             # Resources are allocated over the lease's window, so once its end date has come
             # there is nothing left to give back; an earlier end (a deleted running lease)
             # gives back what lies after ``now``.
@@ -169,6 +166,25 @@ class EventHandlers:
             step.actions = [str(r.params.get("before_end", "default")) for r in live]
             step.topic = "lease.before_end"
         return step
+
+    def _move(
+        self,
+        step: Step,
+        reservations: list[Reservation],
+        statuses: Statuses,
+        lease_move: tuple[LeaseStatus, LeaseStatus],
+        reservation_status: ReservationStatus,
+        now: dt.datetime,
+    ) -> None:
+        """Check and record that the lease and these reservations change status, with the
+        backend hand-over of each reservation."""
+        for reservation in reservations:
+            check_reservation_transition(statuses.reservation(reservation), reservation_status)
+        check_lease_transition(*lease_move)
+        step.lease_status = lease_move[1]
+        step.reservation_status = reservation_status
+        step.reservations = reservations
+        step.handovers = [self._handover(step.lease, r, now) for r in reservations]
 
     def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
         resource_type = self.ctx.resource_types[reservation.resource_type]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
+from bench.growth import print_growth, run_growth
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
 from bench.scale import print_scale, run_scale, scale_targets
@@ -19,6 +20,7 @@ from bench.scenarios import CreateConfig, EventsConfig, events_targets, run_crea
 from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
 from bench.stats import fmt, jsonable, percentile, table
 from bench.targets import Target
+from bench.throughput import print_throughput, run_all, throughput_targets
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LAT_HEADERS = ("", "n", "median", "p95", "p99", "max", "mean")
@@ -27,7 +29,18 @@ LAT_HEADERS = ("", "n", "median", "p95", "p99", "max", "mean")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument(
-        "--scenario", choices=["create", "events", "scale", "quality", "all"], default="all"
+        "--scenario",
+        choices=["create", "events", "scale", "quality", "throughput", "growth", "all"],
+        default="all",
+    )
+    p.add_argument(
+        "--tp-clients", type=int, default=8, help="throughput: clients (default %(default)s)"
+    )
+    p.add_argument(
+        "--tp-seconds",
+        type=float,
+        default=15.0,
+        help="throughput: seconds of creating per server (default %(default)s)",
     )
     p.add_argument(
         "--scale-hosts", type=int, default=1000, help="scale: hosts (default %(default)s)"
@@ -333,11 +346,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_scale(big)
         targets += scale_targets(big)
         results["scenarios"]["scale"] = {"small": small, "large": big}
+    if args.scenario in ("throughput", "all"):
+        throughput = run_all(args.tp_clients, args.tp_seconds, args.pg_admin_url)
+        print_throughput(throughput)
+        targets += throughput_targets(throughput)
+        results["scenarios"]["throughput"] = throughput
     if args.scenario in ("quality", "all"):
         quality = run_quality()
         print_quality(quality)
         targets += quality_targets(quality)
         results["scenarios"]["quality"] = quality
+    if args.scenario == "growth":  # not part of "all": see bench/README.md
+        growth = run_growth()
+        print_growth(growth)
+        results["scenarios"]["growth"] = growth
     if targets:
         print()
         print("targets (issue 3)")

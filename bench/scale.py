@@ -122,9 +122,12 @@ def seed(database_url: str, hosts: int, allocations: int, seed_value: int = 7) -
     return horizon
 
 
-def planner_only(database_url: str, horizon: dt.datetime, samples: int) -> list[float]:
-    """Milliseconds per decision: calendar view of every host plus host choice, no SQL."""
-    from climate.db import hosts as host_rows
+def planner_only(
+    database_url: str, horizon: dt.datetime, samples: int, count: int = 1, query: str = ""
+) -> list[float]:
+    """Milliseconds per decision for ``count`` hosts matching ``query``: calendar view of every
+    matching host plus host choice, no SQL (the matching hosts are looked up once, as the
+    inventory cache does)."""
     from climate.db.engine import ADMISSION_LOCK, Database
     from climate.errors import NotEnoughCapacity
     from climate.planner.hosts import HostDemand, choose_hosts
@@ -135,16 +138,16 @@ def planner_only(database_url: str, horizon: dt.datetime, samples: int) -> list[
     rng = random.Random(11)
     timings = []
     with db.transaction(lock=ADMISSION_LOCK) as session:
-        records = host_rows.reservable_records(session, ("hypervisor_hostname",))
-        host_type.calendar.view(session, records, T0, T0 + dt.timedelta(hours=1))  # load
+        hosts = host_type.inventory.matching(session, "", query)
+        host_type.calendar.view(session, hosts, T0, T0 + dt.timedelta(hours=1))  # load
         span = (horizon - T0).total_seconds()
         for _ in range(samples):
             start = T0 + dt.timedelta(seconds=rng.uniform(0, span))
             end = start + dt.timedelta(hours=rng.uniform(1, 24))
             began = time.perf_counter()
-            calendars = host_type.calendar.view(session, records, start, end)
+            calendars = host_type.calendar.view(session, hosts, start, end)
             try:
-                choose_hosts(HostDemand(start, end, 1, 1), calendars)
+                choose_hosts(HostDemand(start, end, count, count), calendars)
             except NotEnoughCapacity:
                 pass
             timings.append((time.perf_counter() - began) * 1000)

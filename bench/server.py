@@ -110,6 +110,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=STOP_TIMEOUT)
 
 
+def _migrate(database_url: str) -> None:
+    from climate.db import migrate
+    from climate.db.engine import Database
+
+    db = Database(database_url)
+    migrate.upgrade(db)
+    db.dispose()
+
+
 @contextlib.contextmanager
 def climate_server(
     db: str,
@@ -117,18 +126,25 @@ def climate_server(
     pg_admin_url: str = DEFAULT_PG_ADMIN_URL,
     keep: bool = False,
     prepare: Callable[[str], None] | None = None,
+    api_workers: int = 0,
 ) -> Iterator[RunningServer]:
     """Start ``climate serve`` (API + manager) on a fresh database; stop it and clean up after.
 
     ``db`` is ``sqlite`` (a file in a fresh temporary data dir) or ``postgresql`` (a fresh
     database on the server behind ``pg_admin_url``). With ``keep`` the temporary dir survives.
-    ``prepare`` gets the database URL before the server starts (to seed it).
+    ``prepare`` gets the database URL before the server starts (to seed it). With
+    ``api_workers`` N > 0 it starts ``climate api --workers N`` instead: N API processes and no
+    manager, on a database migrated beforehand.
     """
     data_dir = Path(tempfile.mkdtemp(prefix="climate-bench-"))
     log_path = data_dir / "server.log"
     try:
         with contextlib.ExitStack() as stack:
-            args = [climate_executable(), "serve", "--port", str(port := free_port())]
+            port = free_port()
+            args = [climate_executable(), "serve", "--port", str(port)]
+            if api_workers:
+                args = [climate_executable(), "api", "--port", str(port)]
+                args += ["--workers", str(api_workers)]
             sqlite_path: Path | None = None
             if db == "postgresql":
                 database_url = stack.enter_context(pg_database(pg_admin_url))
@@ -138,6 +154,8 @@ def climate_server(
                 database_url = f"sqlite:///{sqlite_path}"
             if prepare is not None:
                 prepare(database_url)  # the server migrates further if it has to
+            if api_workers:
+                _migrate(database_url)
             log = stack.enter_context(log_path.open("wb"))
             proc = subprocess.Popen(
                 args, env=_server_env(data_dir), stdout=log, stderr=subprocess.STDOUT

@@ -34,7 +34,7 @@ T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
 TABLES = (
     "allocation_changes, host_allocations, assignments, outbox, events, reservations, leases, "
     "host_properties, "
-    "hosts, resource_properties, api_tokens"
+    "hosts, resource_properties, api_tokens, audit_log"
 )
 
 ADMIN = Actor("admin-user", "admin-project", frozenset({"admin"}))

@@ -548,6 +548,24 @@ def test_unknown_route_and_wrong_method_get_json_errors(
     assert response.headers["OpenStack-API-Version"] == "reservation 1.0"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("TRACE", "/v1/leases", {"GET", "POST"}),
+        ("PATCH", "/v1/leases/abc", {"GET", "PUT", "DELETE"}),
+        ("DELETE", "/v1/os-hosts/properties/gpu", {"PATCH"}),
+        ("POST", "/versions", {"GET"}),
+    ],
+)
+def test_wrong_method_names_the_allowed_ones(
+    shared_api: httpx.Client, method: str, path: str, allowed: set[str]
+) -> None:
+    """RFC 9110: a 405 carries ``Allow`` (found by schemathesis: it was dropped with the body)."""
+    response = shared_api.request(method, path)
+    assert_error(response, 405)
+    assert {m.strip() for m in response.headers["Allow"].split(",")} == allowed
+
+
 # -- updates -------------------------------------------------------------------------------------
 
 

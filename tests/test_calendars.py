@@ -12,6 +12,7 @@ from climate.db import hosts as host_rows
 from climate.db.engine import ADMISSION_LOCK, Database
 from climate.domain.clock import ManualClock
 from climate.errors import NotEnoughCapacity
+from climate.planner.calendar import HostSet
 from climate.resources.hosts import PhysicalHostType
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
@@ -28,7 +29,8 @@ def _view(ctx: ServiceContext, start: dt.datetime, end: dt.datetime, exclude: li
     assert isinstance(host_type, PhysicalHostType)
     with ctx.db.transaction(lock=ADMISSION_LOCK) as session:
         records = host_rows.reservable_records(session, ("hypervisor_hostname",))
-        return host_type.calendar.view(session, records, start, end, exclude)
+        hosts = HostSet((r.id, r.hypervisor_hostname) for r in records)
+        return list(host_type.calendar.view(session, hosts, start, end, exclude))
 
 
 def test_calendar_shows_overlaps_and_the_nearest_allocations_on_each_side(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -86,3 +87,16 @@ def _allocate(
         )
     )
     session.flush()
+
+
+def test_audit_log_revision_goes_down_and_up_again(db: Database) -> None:
+    config = migrate._config(db)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0002")
+        assert "audit_log" not in inspect(connection).get_table_names()
+    migrate.upgrade(db)
+    with db.engine.connect() as connection:
+        indexes = {i["name"] for i in inspect(connection).get_indexes("audit_log")}
+    assert indexes == {"ix_audit_log_target", "ix_audit_log_at"}
+    assert migrate.current_revision(db) == migrate.head_revision(db)

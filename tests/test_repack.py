@@ -501,6 +501,30 @@ def test_service_update_admitted_by_moving_another_pending_lease(
     assert (moved.start_date, moved.end_date) == (T0 + 6 * HOUR, T0 + 8 * HOUR)
 
 
+def test_service_update_may_hand_its_old_host_to_a_moved_lease(
+    leases: LeaseService, hosts: HostService
+) -> None:
+    """The moved lease takes the host the updated lease is leaving: the updated lease's old
+    allocation must be gone before the move is written (PostgreSQL's exclusion constraint sees
+    every statement, not just the end state)."""
+    one, two = zone_hosts(hosts)
+    x = leases.create(ALICE, host_request("x", T0 + 10 * HOUR, T0 + 12 * HOUR))
+    y = leases.create(BOB, host_request("y", T0 + 10 * HOUR, T0 + 12 * HOUR))
+    z = leases.create(
+        BOB,
+        host_request(
+            "z", T0 + 12 * HOUR, T0 + 14 * HOUR, resource_properties='["==", "$zone", "z1"]'
+        ),
+    )
+    assert (hosts_of(x), hosts_of(y), hosts_of(z)) == ({one}, {two}, {one})
+    # x moves to [11 h, 13 h): host 1 has z (zone z1, which cannot move), host 2 has y; y can
+    # only go where x was.
+    updated = leases.update(ALICE, x.id, LeaseChanges(start=T0 + 11 * HOUR, end=T0 + 13 * HOUR))
+    assert hosts_of(updated) == {two}
+    assert hosts_of(leases.get(ADMIN, y.id)) == {one}
+    assert hosts_of(leases.get(ADMIN, z.id)) == {one}
+
+
 def test_service_swaps_two_pending_leases(leases: LeaseService, hosts: HostService) -> None:
     """a and b trade hosts: every row given up is deleted before any is written, so that
     PostgreSQL's exclusion constraint never sees a host twice."""

@@ -36,7 +36,13 @@ class Settings:
     event_max_attempts: int = 3
     event_retry_base_seconds: float = 1.0
     event_claim_seconds: float = 120.0
+    backend_timeout_seconds: float = 30.0
+    fault_rate: float = 0.0
+    fault_hang_rate: float = 0.0
+    fault_seed: int = 0
     max_body_bytes: int = 1_048_576
+    max_page_size: int = 1000
+    policy_file: str = ""
     max_wait_seconds: float = 30.0
 
     @property
@@ -101,4 +107,6 @@ def load_settings(
     settings = Settings(**coerced)  # type: ignore[arg-type]
     if settings.auth not in {"noauth", "token"}:
         raise InvalidInput("auth", f"must be 'noauth' or 'token', not {settings.auth!r}")
+    if settings.max_page_size < 1:
+        raise InvalidInput("max_page_size", f"must be at least 1, not {settings.max_page_size}")
     return settings

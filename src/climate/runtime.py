@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
@@ -57,8 +58,8 @@ class Workers:
     watcher: WakeWatcher | None = None
     started: bool = field(default=False)
 
-    def wake(self) -> None:
-        self.manager.wake()
+    def wake(self, earliest: dt.datetime | None = None) -> None:
+        self.manager.wake(earliest)
         if self.manager.ctx.settings.webhooks:
             self.deliverer.wake()
 
@@ -78,7 +79,7 @@ class Workers:
 
 
 def build_workers(ctx: ServiceContext) -> Workers:
-    workers = Workers(Manager(ctx, load_backend(ctx.settings.backend)), Deliverer(ctx))
+    workers = Workers(Manager(ctx, load_backend(ctx.settings)), Deliverer(ctx))
     ctx.wake_manager = workers.wake
     return workers
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from climate import __version__
-from climate.api import hosts, leases
+from climate.api import audit, hosts, leases, openapi, operations
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.errors import ClimateError
+from climate.services.audit import AuditService
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
@@ -33,6 +34,48 @@ def error_body(status: int, message: str, name: str) -> JSONResponse:
     )
 
 
+class OpenStackHeaders:
+    """Blazar's response headers on every answer (500s included), and a 400 for NUL bytes in the
+    path or query. Plain ASGI: a ``BaseHTTPMiddleware`` costs a task and a queue per request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = [
+            (b"openstack-api-version", API_VERSION.encode()),
+            (b"vary", API_VERSION_HEADER.encode()),
+            (b"x-openstack-request-id", f"req-{uuid.uuid4()}".encode()),
+        ]
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        # PostgreSQL cannot compare text with NUL in it: such an id or filter matches nothing.
+        if "\x00" in scope["path"] or b"%00" in scope.get("query_string", b""):
+            response = error_body(
+                400, "path or query: must not contain NUL characters", "INVALID_INPUT"
+            )
+            await response(scope, receive, send_with_headers)
+            return
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:  # the catch-all handler would answer without our headers
+            LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            if started:
+                raise
+            response = error_body(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
+            await response(scope, receive, send_with_headers)
+
+
 def create_app(ctx: ServiceContext) -> FastAPI:
     app = FastAPI(
         title="Climate", version=__version__, summary="Reservations, Blazar v1 compatible"
@@ -42,33 +85,15 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         leases=LeaseService(ctx),
         hosts=HostService(ctx),
         tokens=tokens,
+        audit=AuditService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.include_router(leases.router)
     app.include_router(hosts.router)
-
-    @app.middleware("http")
-    async def openstack_headers(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        request_id = f"req-{uuid.uuid4()}"
-        # PostgreSQL cannot compare text with NUL in it: such an id or filter matches nothing.
-        params = request.query_params.multi_items()
-        if "\x00" in request.url.path or any("\x00" in k + v for k, v in params):
-            response: Response = error_body(
-                400, "path or query: must not contain NUL characters", "INVALID_INPUT"
-            )
-        else:
-            try:
-                response = await call_next(request)
-            except Exception:  # the catch-all handler would answer without our headers
-                LOG.exception("unexpected error on %s %s", request.method, request.url.path)
-                response = error_body(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
-        response.headers[API_VERSION_HEADER] = API_VERSION
-        response.headers["Vary"] = API_VERSION_HEADER
-        response.headers["x-openstack-request-id"] = request_id
-        return response
+    app.include_router(audit.router)
+    app.include_router(operations.router)
+    app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
@@ -83,11 +108,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return error_body(400, f"{field or 'request'}: {first.get('msg')}", "INVALID_INPUT")
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         names = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
-        return error_body(exc.status_code, str(exc.detail), names.get(exc.status_code, "ERROR"))
+        response = error_body(exc.status_code, str(exc.detail), names.get(exc.status_code, "ERROR"))
+        if exc.status_code == 405:
+            response.headers["Allow"] = openapi.allowed_methods(app, request.scope["path"])
+        return response
 
-    def versions(request: Request) -> JSONResponse:
+    async def versions(request: Request) -> JSONResponse:
         base = str(request.base_url)
         document = {
             "versions": [
@@ -102,6 +130,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         }
         return JSONResponse(document, status_code=300)
 
-    app.add_api_route("/", versions, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/versions", versions, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/", versions, methods=["GET"])
+    app.add_api_route("/versions", versions, methods=["GET"])
+    openapi.install(app)
     return app

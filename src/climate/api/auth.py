@@ -15,6 +15,11 @@ class Authenticator:
         self.settings = settings
         self.tokens = tokens
 
+    @property
+    def reads_database(self) -> bool:
+        """Token lookups query the database; noauth only reads headers."""
+        return self.settings.auth == "token"
+
     def __call__(self, request: Request) -> Actor:
         headers = request.headers
         if self.settings.auth == "token":
@@ -35,7 +40,6 @@ class Authenticator:
                 self.settings.default_user_id,
                 self.settings.default_project_id,
                 frozenset({self.settings.admin_role}),
-                self.settings.admin_role,
             )
         if not project:
             # Half an identity must not borrow the default project (and see its leases).
@@ -44,5 +48,4 @@ class Authenticator:
             user or self.settings.default_user_id,
             project,
             frozenset(r.strip() for r in (roles or "").split(",") if r.strip()),
-            self.settings.admin_role,
         )

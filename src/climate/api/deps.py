@@ -6,9 +6,13 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
+from climate.api.auth import Authenticator
 from climate.domain.actor import Actor
-from climate.errors import PayloadTooLarge
+from climate.errors import InvalidInput, PayloadTooLarge
+from climate.services.audit import AuditService
+from climate.services.context import Page
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from climate.services.tokens import TokenService
@@ -19,17 +23,21 @@ class Services:
     leases: LeaseService
     hosts: HostService
     tokens: TokenService
+    audit: AuditService
     max_body_bytes: int
 
 
-def _services(request: Request) -> Services:
+# The cheap dependencies are ``async``: FastAPI runs a plain ``def`` dependency on the thread pool.
+async def _services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-def _actor(request: Request) -> Actor:
-    actor: Actor = request.app.state.authenticate(request)
-    return actor
+async def _actor(request: Request) -> Actor:
+    authenticate: Authenticator = request.app.state.authenticate
+    if authenticate.reads_database:
+        return await run_in_threadpool(authenticate, request)
+    return authenticate(request)
 
 
 async def _body(request: Request) -> bytes:
@@ -47,6 +55,30 @@ async def _body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
+async def _page(limit: str | None = None, marker: str | None = None) -> Page:
+    """``limit`` and ``marker`` as in OpenStack: a positive integer (clamped to the
+    ``max_page_size`` setting by the service) and the id of the last item seen."""
+    count = None
+    if limit is not None:
+        try:
+            count = int(limit)
+        except ValueError:
+            raise InvalidInput("limit", f"must be a positive integer, not {limit!r}") from None
+        if count <= 0:
+            raise InvalidInput("limit", f"must be a positive integer, not {count}")
+    return Page(limit=count, marker=marker)
+
+
+async def _sorted_page(
+    page: Annotated[Page, Depends(_page)], sort_key: str | None = None, sort_dir: str = "asc"
+) -> Page:
+    if sort_dir not in ("asc", "desc"):
+        raise InvalidInput("sort_dir", f"must be 'asc' or 'desc', not {sort_dir!r}")
+    return Page(page.limit, page.marker, sort_key, sort_dir)
+
+
 ServicesDep = Annotated[Services, Depends(_services)]
 ActorDep = Annotated[Actor, Depends(_actor)]
 BodyDep = Annotated[bytes, Depends(_body)]
+PageDep = Annotated[Page, Depends(_page)]
+SortedPageDep = Annotated[Page, Depends(_sorted_page)]

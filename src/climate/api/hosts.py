@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
 from climate import wire
-from climate.api.deps import ActorDep, BodyDep, ServicesDep
+from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, optional_date
 from climate.services.hosts import HostAllocations
 
@@ -32,8 +32,8 @@ def _allocation(found: HostAllocations) -> dict[str, object]:
 
 
 @router.get("")
-def list_hosts(services: ServicesDep, actor: ActorDep) -> JSONResponse:
-    return JSONResponse({"hosts": [wire.host(h) for h in services.hosts.list_all(actor)]})
+def list_hosts(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
+    return JSONResponse({"hosts": [wire.host(h) for h in services.hosts.list_all(actor, page)]})
 
 
 @router.post("", status_code=201)
@@ -66,8 +66,11 @@ FiltersDep = Annotated[AllocationFilters, Depends()]
 
 
 @router.get("/allocations")
-def list_allocations(services: ServicesDep, actor: ActorDep, filters: FiltersDep) -> JSONResponse:
-    found = services.hosts.allocations(actor, **filters.as_arguments())
+def list_allocations(
+    services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
+) -> JSONResponse:
+    """A page of hosts (by id; ``marker`` is a ``resource_id``) with their allocations."""
+    found = services.hosts.allocations(actor, page=page, **filters.as_arguments())
     return JSONResponse({"allocations": [_allocation(a) for a in found]})
 
 

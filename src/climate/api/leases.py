@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from climate import wire
-from climate.api.deps import ActorDep, BodyDep, ServicesDep
+from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, lease_changes, lease_request
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
@@ -16,11 +16,14 @@ router = APIRouter(prefix="/v1/leases", tags=["leases"])
 def list_leases(
     services: ServicesDep,
     actor: ActorDep,
+    page: SortedPageDep,
     project_id: str | None = None,
     status: str | None = None,
     name: str | None = None,
 ) -> JSONResponse:
-    leases = services.leases.list_all(actor, project_id=project_id, status=status, name=name)
+    leases = services.leases.list_all(
+        actor, project_id=project_id, status=status, name=name, page=page
+    )
     return JSONResponse({"leases": [wire.lease(lease) for lease in leases]})
 
 

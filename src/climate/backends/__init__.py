@@ -5,13 +5,15 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from climate.backends.base import Backend
+from climate.config import Settings
 from climate.errors import InvalidInput
 
 
-def load_backend(name: str) -> Backend:
-    """The backend plugin named ``name`` (entry point group ``climate.backends``)."""
+def load_backend(settings: Settings) -> Backend:
+    """The backend plugin named by ``settings.backend`` (entry point group ``climate.backends``),
+    built from the settings."""
     for entry in entry_points(group="climate.backends"):
-        if entry.name == name:
-            backend: Backend = entry.load()()
+        if entry.name == settings.backend:
+            backend: Backend = entry.load().from_settings(settings)
             return backend
-    raise InvalidInput("backend", f"no backend named {name!r} is installed")
+    raise InvalidInput("backend", f"no backend named {settings.backend!r} is installed")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from sqlalchemy.orm import Session
+
+from climate.config import Settings
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,11 @@ Outcome = BaseException | None
 """Per item of a batch: None when it succeeded, else the exception that made it fail."""
 
 _Step = TypeVar("_Step")
+_Item = TypeVar("_Item")
+
+
+class BackendTimeout(TimeoutError):
+    """A backend call did not return within ``backend_timeout_seconds``; it was abandoned."""
 
 
 class Backend(abc.ABC):
@@ -37,8 +45,20 @@ class Backend(abc.ABC):
     exception to report a failure; the manager retries with backoff and finally marks the event
     and the lease ERROR with the exception's message.
 
-    ``session`` is the event's transaction: a backend that only records (standalone) writes there,
-    so that its record and the lease status commit together.
+    Each step has two parts, run in this order for every batch:
+
+    - the *remote* part (``start_remote``, ``before_end_remote``, ``end_remote``) talks to the
+      world (a cloud's API). It gets no session and must touch nothing of the manager's: the
+      manager runs it in a worker thread and gives up on it after ``backend_timeout_seconds``,
+      failing every item of the call with ``BackendTimeout`` (retried with backoff as any
+      failure). An abandoned call may still be running, and may still succeed, when the manager
+      has moved on and even when the retry runs: idempotence covers that too. The default has
+      nothing to do.
+    - the *record* part (``start``, ``before_end``, ``end`` and their ``*_batch``) runs in the
+      manager's thread only for the items whose remote part succeeded. ``session`` is the
+      event's transaction: a backend records there (standalone: who holds what), so that its
+      record and the lease status commit together. It must not wait on the world: it is not
+      timed, and the transaction (on SQLite, the database's write lock) is held while it runs.
 
     The manager runs the events due together in batches and calls the ``*_batch`` methods, one
     item per event (the handovers of that event's lease). Their default implementations call the
@@ -47,6 +67,28 @@ class Backend(abc.ABC):
     """
 
     name: str = "base"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The backend as the entry point builds it; one with settings of its own reads them."""
+        return cls()
+
+    # -- remote ------------------------------------------------------------------------------
+
+    def start_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        """Hand the resources of every item to its project in the world; one outcome per item
+        (or raise, failing them all)."""
+        return [None] * len(items)
+
+    def before_end_remote(self, items: Sequence[Sequence[tuple[Handover, str]]]) -> list[Outcome]:
+        """Run each item's ``before_end`` actions in the world; as ``start_remote``."""
+        return [None] * len(items)
+
+    def end_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        """Take the resources of every item back in the world; as ``start_remote``."""
+        return [None] * len(items)
+
+    # -- record ------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def start(self, session: Session, handover: Handover) -> None:
@@ -98,3 +140,97 @@ def each_in_savepoint(
         else:
             outcomes.append(None)
     return outcomes
+
+
+class Timeboxed(Backend):
+    """A backend as the manager calls it: each batch's remote part in a worker thread, given
+    up after ``timeout`` seconds, then the record part, in the caller's thread, for the items
+    whose remote part succeeded."""
+
+    def __init__(self, inner: Backend, timeout: float) -> None:
+        self.inner = inner
+        self.timeout = timeout
+        self.name = inner.name
+
+    def start(self, session: Session, handover: Handover) -> None:
+        self._raise_first(self.start_batch(session, [[handover]]))
+
+    def before_end(self, session: Session, handover: Handover, action: str) -> None:
+        self._raise_first(self.before_end_batch(session, [[(handover, action)]]))
+
+    def end(self, session: Session, handover: Handover) -> None:
+        self._raise_first(self.end_batch(session, [[handover]]))
+
+    def start_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        return self._both(
+            "start", items, self.inner.start_remote, lambda ok: self.inner.start_batch(session, ok)
+        )
+
+    def before_end_batch(
+        self, session: Session, items: Sequence[Sequence[tuple[Handover, str]]]
+    ) -> list[Outcome]:
+        return self._both(
+            "before_end",
+            items,
+            self.inner.before_end_remote,
+            lambda ok: self.inner.before_end_batch(session, ok),
+        )
+
+    def end_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        return self._both(
+            "end", items, self.inner.end_remote, lambda ok: self.inner.end_batch(session, ok)
+        )
+
+    def _both(
+        self,
+        what: str,
+        items: Sequence[_Item],
+        remote: Callable[[Sequence[_Item]], list[Outcome]],
+        record: Callable[[Sequence[_Item]], list[Outcome]],
+    ) -> list[Outcome]:
+        outcomes = self._remote(what, items, remote)
+        done = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        if done:
+            recorded = record([items[i] for i in done])
+            for i, outcome in zip(done, recorded, strict=True):
+                outcomes[i] = outcome
+        return outcomes
+
+    def _remote(
+        self,
+        what: str,
+        items: Sequence[_Item],
+        remote: Callable[[Sequence[_Item]], list[Outcome]],
+    ) -> list[Outcome]:
+        """The remote call's outcomes, or the exception it raised; on timeout, every item fails.
+        The worker thread keeps only its own result box: once abandoned, it reaches nothing."""
+        box: list[list[Outcome] | BaseException] = []
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append(remote(items))
+            except BaseException as exc:  # handed to the caller, which raises it
+                box.append(exc)
+            finally:
+                finished.set()
+
+        worker = threading.Thread(target=run, name=f"climate-backend-{what}", daemon=True)
+        worker.start()
+        if not finished.wait(self.timeout):
+            timeout = BackendTimeout(f"backend {what} timed out after {self.timeout:g} s")
+            return [timeout] * len(items)
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        if len(result) != len(items):
+            raise RuntimeError(
+                f"backend {self.name} {what} returned {len(result)} outcomes for {len(items)} items"
+            )
+        return list(result)
+
+    @staticmethod
+    def _raise_first(outcomes: list[Outcome]) -> None:
+        for outcome in outcomes:
+            if outcome is not None:
+                raise outcome

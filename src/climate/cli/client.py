@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -139,6 +140,26 @@ def lease_command(args: argparse.Namespace) -> None:
     elif args.action == "delete":
         api.call("DELETE", f"/leases/{args.lease}")
         print(f"Deleted lease {args.lease}")
+    elif args.action == "retry":
+        _show_lease(args, api.call("POST", f"/leases/{args.lease}/retry")["lease"])
+    elif args.action == "force-end":
+        body = {"skip_backend": args.skip_backend}
+        _show_lease(args, api.call("POST", f"/leases/{args.lease}/force-end", body)["lease"])
+
+
+def audit_command(args: argparse.Namespace) -> None:
+    api = ApiClient(args.url, args.token, args.project, args.roles)
+    filters = {
+        "target_id": args.target_id,
+        "action": args.action_name,
+        "since": args.since,
+        "limit": args.limit,
+        "marker": args.marker,
+    }
+    query = {k: v for k, v in filters.items() if v is not None}
+    records = api.call("GET", "/audit?" + urlencode(query))["audit_log"]
+    columns = ["id", "at", "actor_user", "actor_project", "action", "target_type", "target_id"]
+    _show(args, records, columns)
 
 
 def register(sub: Any) -> None:
@@ -182,4 +203,26 @@ def register(sub: Any) -> None:
     p.add_argument("--start")
     p.add_argument("--end")
     add_client_options(p)
+    p = lease_actions.add_parser("retry", help="run a lease's failed events again (admin)")
+    p.add_argument("lease", help="lease id")
+    add_client_options(p)
+    p = lease_actions.add_parser("force-end", help="end a lease now (admin)")
+    p.add_argument("lease", help="lease id")
+    p.add_argument(
+        "--skip-backend",
+        action="store_true",
+        help="terminate it and free its hosts without the backend (when the backend keeps failing)",
+    )
+    add_client_options(p)
     lease.set_defaults(func=lease_command)
+
+    audit = sub.add_parser("audit", help="read the audit log (admin)")
+    audit_actions = audit.add_subparsers(dest="action", required=True)
+    p = audit_actions.add_parser("list", help="changes, oldest first")
+    p.add_argument("--target-id")
+    p.add_argument("--action", dest="action_name", help="e.g. lease.create, event.start_lease")
+    p.add_argument("--since", help="'YYYY-MM-DD HH:MM' (UTC) or ISO 8601")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--marker", help="the id of the last record of the previous page")
+    add_client_options(p)
+    audit.set_defaults(func=audit_command)

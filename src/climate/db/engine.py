@@ -8,16 +8,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, update
+from sqlalchemy import bindparam, create_engine, event, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from climate.db.tables import Lock
+from climate.db.tables import Lock, table_of
 
 ADMISSION_LOCK = "admission"
 INVENTORY_VERSION = "inventory"
 """Bumped by every inventory change, so that processes know when to reload their caches."""
+
+
+_LOCKS = table_of(Lock).c
+# Built once, and Core rather than an ORM update: this statement starts every write transaction.
+_TAKE_LOCK = (
+    update(table_of(Lock))
+    .where(_LOCKS.name == bindparam("lock_name"))
+    .values(version=_LOCKS.version + 1)
+    .returning(_LOCKS.version)
+)
 
 
 class Database:
@@ -53,10 +63,7 @@ class Database:
                     session.connection(execution_options={"climate_write": True})
                     if lock is not None:
                         session.info["lock_version"] = session.execute(
-                            update(Lock)
-                            .where(Lock.name == lock)
-                            .values(version=Lock.version + 1)
-                            .returning(Lock.version)
+                            _TAKE_LOCK, {"lock_name": lock}
                         ).scalar_one()
                     yield session
             except BaseException:

@@ -6,10 +6,11 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db.engine import INVENTORY_VERSION
+from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
     AllocationChange,
     Host,
@@ -18,6 +19,8 @@ from climate.db.tables import (
     Lease,
     Lock,
     ResourceProperty,
+    new_id,
+    table_of,
 )
 
 RESOURCE_TYPE = "physical:host"
@@ -34,8 +37,25 @@ def get_by_name(session: Session, name: str) -> Host | None:
     return session.scalars(select(Host).where(Host.hypervisor_hostname == name)).first()
 
 
-def list_all(session: Session) -> Sequence[Host]:
-    return session.scalars(select(Host).order_by(Host.id)).all()
+HOST_SORT_KEYS = ("id", "hypervisor_hostname", "created_at")
+
+
+def list_all(
+    session: Session,
+    *,
+    limit: int | None = None,
+    marker: Host | None = None,
+    sort_key: str = "id",
+    descending: bool = False,
+) -> Sequence[Host]:
+    """Hosts in (``sort_key``, id) order, the ``limit`` after ``marker`` if given."""
+    column = getattr(Host, sort_key)
+    query = select(Host).order_by(*keyset_order(column, Host.id, descending))
+    if marker is not None:
+        query = query.where(
+            after_marker(column, Host.id, getattr(marker, sort_key), marker.id, descending)
+        )
+    return session.scalars(query.limit(limit)).all()
 
 
 def add(session: Session, host: Host) -> Host:
@@ -96,8 +116,12 @@ def bump_inventory(session: Session) -> None:
     )
 
 
+_LOCKS = table_of(Lock).c
+_INVENTORY_VERSION = select(_LOCKS.version).where(_LOCKS.name == INVENTORY_VERSION)
+
+
 def inventory_version(session: Session) -> int:
-    return int(session.scalar(select(Lock.version).where(Lock.name == INVENTORY_VERSION)) or 0)
+    return int(session.execute(_INVENTORY_VERSION).scalar() or 0)
 
 
 def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRecord]:
@@ -124,6 +148,13 @@ def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRec
     return list(records.values())
 
 
+_ALLOCATIONS = table_of(HostAllocation)
+_DROP_ALLOCATIONS = delete(_ALLOCATIONS).where(
+    _ALLOCATIONS.c.reservation_id == bindparam("reservation_id")
+)
+_ADD_ALLOCATIONS = insert(_ALLOCATIONS)
+
+
 def replace_allocations(
     session: Session,
     reservation_id: str,
@@ -131,20 +162,24 @@ def replace_allocations(
     host_ids: Iterable[int],
     start: dt.datetime,
     end: dt.datetime,
-) -> None:
-    session.execute(delete(HostAllocation).where(HostAllocation.reservation_id == reservation_id))
-    session.flush()
-    session.add_all(
-        HostAllocation(
-            reservation_id=reservation_id,
-            lease_id=lease_id,
-            host_id=host_id,
-            start_date=start,
-            end_date=end,
-        )
-        for host_id in host_ids
-    )
-    session.flush()
+) -> list[HostAllocation]:
+    """Give the reservation exactly ``host_ids`` over [start, end); returns the new rows as
+    objects outside the session (two Core statements: no flush, no reload)."""
+    session.execute(_DROP_ALLOCATIONS, {"reservation_id": reservation_id})
+    rows = [
+        {
+            "id": new_id(),
+            "reservation_id": reservation_id,
+            "lease_id": lease_id,
+            "host_id": host_id,
+            "start_date": start,
+            "end_date": end,
+        }
+        for host_id in sorted(host_ids)
+    ]
+    if rows:
+        session.execute(_ADD_ALLOCATIONS, rows)
+    return [HostAllocation(**row) for row in rows]
 
 
 def truncate_allocations(session: Session, reservation_id: str, at: dt.datetime) -> None:
@@ -175,7 +210,7 @@ class AllocationRow:
 def allocations(
     session: Session,
     *,
-    host_ids: Collection[int] | None = None,
+    host_range: tuple[int, int] | None = None,
     lease_id: str | None = None,
     reservation_id: str | None = None,
     project_id: str | None = None,
@@ -195,8 +230,8 @@ def allocations(
         .where(Lease.deleted_at.is_(None))
         .order_by(HostAllocation.host_id, HostAllocation.start_date)
     )
-    if host_ids is not None:
-        query = query.where(HostAllocation.host_id.in_(list(host_ids)))
+    if host_range is not None:
+        query = query.where(HostAllocation.host_id.between(*host_range))
     if lease_id is not None:
         query = query.where(HostAllocation.lease_id == lease_id)
     if reservation_id is not None:
@@ -287,7 +322,7 @@ def record_changes(session: Session, version: int, reservation_ids: Iterable[str
     """Log that these reservations' allocations changed at admission ``version``; now and then
     forget old entries (a process that far behind reloads everything)."""
     session.execute(
-        insert(AllocationChange),
+        insert(table_of(AllocationChange)),
         [{"version": version, "reservation_id": rid} for rid in reservation_ids],
     )
     if version % 1000 == 0 and version > KEEP_CHANGES:

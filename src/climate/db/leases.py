@@ -9,29 +9,33 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from psycopg.errors import LockNotAvailable
 from sqlalchemy import (
     ColumnElement,
     String,
     Table,
+    and_,
     any_,
     bindparam,
     case,
     delete,
     func,
+    insert,
     literal,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy import cast as cast_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, selectinload
 
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Event, Lease, Lock, Reservation
+from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
 from climate.domain.status import EventStatus
+from climate.errors import Conflict
 
 EVENTS = cast(Table, Event.__table__)
 LEASES = cast(Table, Lease.__table__)
@@ -76,41 +80,92 @@ def get_for_update(session: Session, lease_id: str) -> Lease | None:
     return session.scalars(query).first()
 
 
+LEASE_SORT_KEYS = ("created_at", "name", "start_date", "end_date", "status", "id")
+
+
 def list_live(
     session: Session,
     *,
     project_id: str | None = None,
     status: str | None = None,
     name: str | None = None,
+    limit: int | None = None,
+    marker: Lease | None = None,
+    sort_key: str = "created_at",
+    descending: bool = False,
 ) -> Sequence[Lease]:
-    query = select(Lease).where(Lease.deleted_at.is_(None)).order_by(Lease.created_at, Lease.id)
+    """Live leases in (``sort_key``, id) order, the ``limit`` after ``marker`` if given."""
+    column = getattr(Lease, sort_key)
+    query = select(Lease).where(Lease.deleted_at.is_(None))
+    query = query.order_by(*keyset_order(column, Lease.id, descending))
+    if marker is not None:
+        query = query.where(
+            after_marker(column, Lease.id, getattr(marker, sort_key), marker.id, descending)
+        )
     if project_id is not None:
         query = query.where(Lease.project_id == project_id)
     if status is not None:
         query = query.where(Lease.status == status)
     if name is not None:
         query = query.where(Lease.name == name)
-    return session.scalars(query).all()
+    return session.scalars(query.limit(limit)).all()
+
+
+def keyset_order(column: Any, id_column: Any, descending: bool) -> list[Any]:
+    """A stable order: by ``column``, ties by id, both in the same direction."""
+    return [column.desc(), id_column.desc()] if descending else [column, id_column]
+
+
+def after_marker(
+    column: Any, id_column: Any, value: object, marker_id: object, descending: bool
+) -> ColumnElement[bool]:
+    """The rows after (``value``, ``marker_id``) in ``keyset_order``: pages stay consistent
+    however rows are added between requests, and no row is read twice."""
+    if descending:
+        return or_(column < value, and_(column == value, id_column < marker_id))
+    return or_(column > value, and_(column == value, id_column > marker_id))
+
+
+_LEASES = table_of(Lease).c
+_NAME_TAKEN = (
+    select(_LEASES.id)
+    .where(
+        _LEASES.project_id == bindparam("project_id"),
+        _LEASES.name == bindparam("name"),
+        _LEASES.deleted_at.is_(None),
+        _LEASES.id != bindparam("other_than"),
+    )
+    .limit(1)
+)
 
 
 def name_taken(session: Session, project_id: str, name: str, *, other_than: str = "") -> bool:
-    query = (
-        select(func.count())
-        .select_from(Lease)
-        .where(
-            Lease.project_id == project_id,
-            Lease.name == name,
-            Lease.deleted_at.is_(None),
-            Lease.id != other_than,
-        )
+    found = session.execute(
+        _NAME_TAKEN, {"project_id": project_id, "name": name, "other_than": other_than}
     )
-    return bool(session.scalar(query))
+    return found.first() is not None
 
 
-def add(session: Session, lease: Lease) -> Lease:
-    session.add(lease)
-    session.flush()
-    return lease
+_ADD_LEASE = insert(table_of(Lease))
+_ADD_RESERVATIONS = insert(table_of(Reservation))
+_ADD_EVENTS = insert(table_of(Event))
+
+
+def insert_new(session: Session, lease: Lease) -> None:
+    """Write a new lease with its reservations and events: one Core insert per table.
+
+    The objects stay outside the session, as built (every column set): the caller renders them
+    without a reload, and the unit of work has nothing to track.
+    """
+    session.execute(_ADD_LEASE, [_columns(lease)])
+    if lease.reservations:
+        session.execute(_ADD_RESERVATIONS, [_columns(r) for r in lease.reservations])
+    if lease.events:
+        session.execute(_ADD_EVENTS, [_columns(e) for e in lease.events])
+
+
+def _columns(row: Base) -> dict[str, Any]:
+    return {column.key: getattr(row, column.key) for column in table_of(type(row)).columns}
 
 
 def drop_pending_events(session: Session, lease_id: str) -> None:
@@ -431,8 +486,29 @@ def admission_version(session: Session) -> int:
 EVENTS_CHANNEL = "climate_events"
 
 
-def signal_event_change(session: Session) -> None:
-    """Wake managers in other processes at commit (PostgreSQL NOTIFY; SQLite managers watch the
-    database's change counter instead)."""
+def signal_event_change(session: Session, earliest: dt.datetime) -> None:
+    """Wake managers in other processes at commit (PostgreSQL NOTIFY with the earliest changed
+    event's time as payload; SQLite managers watch the database's change counter instead)."""
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text(f"NOTIFY {EVENTS_CHANNEL}"))
+        session.execute(select(func.pg_notify(EVENTS_CHANNEL, as_utc(earliest).isoformat())))
+
+
+def lock_lease(session: Session, lease_id: str) -> Lease | None:
+    """A live lease for an operator's change, its events and row locked without waiting
+    (PostgreSQL; SQLite writers are serialised anyway). The manager locks a lease's events and
+    row in either order depending on the path, so waiting could deadlock with it.
+
+    :raises Conflict: a manager holds some of them right now.
+    """
+    try:
+        session.execute(
+            select(Event.id).where(Event.lease_id == lease_id).with_for_update(nowait=True)
+        )
+        query = select(Lease).where(Lease.id == lease_id, Lease.deleted_at.is_(None))
+        return session.scalars(query.with_for_update(nowait=True)).first()
+    except OperationalError as exc:
+        if isinstance(exc.orig, LockNotAvailable):
+            raise Conflict(
+                f"lease {lease_id}: a manager is working on it; try again in a moment"
+            ) from exc
+        raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -13,6 +13,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -28,6 +29,11 @@ PROPERTY_VALUE_LENGTH = 255
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def table_of(model: type[Base]) -> Table:
+    """A model's table, for Core statements that skip the ORM's unit of work (hot paths)."""
+    return cast(Table, model.__table__)
 
 
 class Base(DeclarativeBase):
@@ -223,3 +229,22 @@ class ApiToken(Base):
     created_at: Mapped[dt.datetime]
     expires_at: Mapped[dt.datetime | None]
     revoked_at: Mapped[dt.datetime | None]
+
+
+class AuditLog(Base):
+    """One change: who (``actor_*``), what (``action`` on ``target_*``, ``detail`` as JSON text)
+    and when (``at``), written in the transaction of the change itself."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        Index("ix_audit_log_target", "target_type", "target_id"),
+        Index("ix_audit_log_at", "at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime]
+    actor_user: Mapped[str | None] = mapped_column(Text)
+    actor_project: Mapped[str | None] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    target_type: Mapped[str] = mapped_column(Text)
+    target_id: Mapped[str] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(Text)

@@ -1,4 +1,5 @@
-"""Who is asking: the identity every service call is made on behalf of."""
+"""Who is asking: the identity every service call is made on behalf of. What it may do is the
+policy's business (``climate.policy``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,3 @@ class Actor:
     user_id: str
     project_id: str
     roles: frozenset[str]
-    admin_role: str = "admin"
-
-    @property
-    def is_admin(self) -> bool:
-        return self.admin_role in self.roles
-
-    def scope(self) -> str | None:
-        """The project the actor is confined to, or None for an admin who sees every project."""
-        return None if self.is_admin else self.project_id

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.backends.base import Backend, Handover, Outcome
+from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.tables import Event, Lease, Reservation
 from climate.domain.status import (
@@ -41,6 +42,9 @@ TRANSITIONAL = {
     EventType.START_LEASE: LeaseStatus.STARTING,
     EventType.END_LEASE: LeaseStatus.TERMINATING,
 }
+
+AUDIT_ACTOR = "manager"
+"""The audit log's ``actor_user`` for what the manager does."""
 
 Finish = Callable[[Session, list[str], dt.datetime], None]
 """Marks events DONE, given when their work finished."""
@@ -104,9 +108,10 @@ class Statuses:
 
 
 class EventHandlers:
-    def __init__(self, ctx: ServiceContext, backend: Backend) -> None:
+    def __init__(self, ctx: ServiceContext, backend: Backend, manager: str) -> None:
         self.ctx = ctx
         self.backend = backend
+        self.manager = manager
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -222,7 +227,7 @@ class EventHandlers:
         todo: list[Step | BaseException] = list(steps)
         self._release(session, todo, now)
         self._backend(session, kind, todo)
-        self._write(session, [s for s in todo if isinstance(s, Step)], now, finish)
+        self._write(session, kind, [s for s in todo if isinstance(s, Step)], now, finish)
         return [s if isinstance(s, BaseException) else None for s in todo]
 
     def _release(
@@ -269,9 +274,11 @@ class EventHandlers:
             if outcome is not None:
                 steps[i] = outcome
 
-    def _write(self, session: Session, done: list[Step], now: dt.datetime, finish: Finish) -> None:
-        """Statuses of the leases and reservations that moved, then the events: one statement
-        per (table, new status)."""
+    def _write(
+        self, session: Session, kind: EventType, done: list[Step], now: dt.datetime, finish: Finish
+    ) -> None:
+        """Statuses of the leases and reservations that moved, then the events and their audit
+        rows: one statement per (table, new status)."""
         leases: dict[str | None, list[str]] = defaultdict(list)
         reservations: dict[str, list[str]] = defaultdict(list)
         for step in done:
@@ -285,6 +292,14 @@ class EventHandlers:
             lease_rows.set_reservation_status(session, ids, status, now)
         # When the events' work finished (the batch commits a few ms later), for lag figures.
         finish(session, [s.event_id for s in done], self.ctx.clock.now())
+        audit.record_many(
+            session,
+            at=now,
+            actor_user=AUDIT_ACTOR,
+            action=f"event.{kind}",
+            target_type="event",
+            items=[(s.event_id, {"lease_id": s.lease.id, "manager": self.manager}) for s in done],
+        )
         notices = [s for s in done if s.topic is not None]
         if not self.ctx.settings.webhooks or not notices:
             return
@@ -318,6 +333,15 @@ class EventHandlers:
                 reservation.status = ReservationStatus.ERROR
         lease.updated_at = now
         enqueue_lease(session, self.ctx.settings.webhooks, "lease.error", lease, now)
+        audit.record(
+            session,
+            at=now,
+            actor=AUDIT_ACTOR,
+            action="lease.error",
+            target_type="lease",
+            target_id=lease.id,
+            detail={"reason": reason, "manager": self.manager},
+        )
 
 
 def ends_early(lease: Lease, now: dt.datetime) -> bool:

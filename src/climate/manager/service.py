@@ -29,7 +29,7 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
-from climate.backends.base import Backend, Outcome
+from climate.backends.base import Backend, Outcome, Timeboxed
 from climate.db import leases as lease_rows
 from climate.db.leases import DueEvent
 from climate.db.tables import Event, Lease
@@ -104,6 +104,9 @@ class _Pass:
         return sum(self.kinds.values())
 
 
+NOTHING_DUE = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
 class Manager:
     """Fires events at their time. Several managers may share one database; none fires an event
     twice: an event is taken (claimed, or locked and verified in the planned path) before it
@@ -117,14 +120,18 @@ class Manager:
 
     def __init__(self, ctx: ServiceContext, backend: Backend, name: str | None = None) -> None:
         self.ctx = ctx
-        self.handlers = EventHandlers(ctx, backend)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.handlers = EventHandlers(
+            ctx, Timeboxed(backend, ctx.settings.backend_timeout_seconds), self.name
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._plan: _Plan | None = None
         self._lead = PREPARE_SECONDS
         self._prepare_seconds = 0.0
+        self._expecting: dt.datetime | None = None
+        """The earliest waiting event at the last read of the queue (None: not known)."""
 
     @property
     def _with_events(self) -> bool:
@@ -401,7 +408,8 @@ class Manager:
                     f"{event.event_type} failed after {event.attempts} attempt(s): {reason}",
                     now,
                 )
-            lease_rows.signal_event_change(session)
+            retry_at = event.not_before if event.status == EventStatus.UNDONE else now
+            lease_rows.signal_event_change(session, retry_at)
 
     def _holds(self, event: Event) -> bool:
         return event.status == EventStatus.IN_PROGRESS and event.claimed_by == self.name
@@ -409,8 +417,10 @@ class Manager:
     # -- the loop ----------------------------------------------------------------------------
 
     def seconds_until_next(self) -> float:
+        self._expecting = None  # while reading, every wake-up counts
         with self.ctx.db.reader() as session:
             due = lease_rows.next_due(session)
+        self._expecting = NOTHING_DUE if due is None else due
         return seconds_until(due, self.ctx.clock.now(), self.ctx.settings.max_wait_seconds)
 
     def _sleep_or_prepare(self) -> float:
@@ -448,8 +458,16 @@ class Manager:
                 and lease_rows.admission_version(session) == plan.version
             )
 
-    def wake(self) -> None:
-        self._wake.set()
+    def wake(self, earliest: dt.datetime | None = None) -> None:
+        """Look for due events now; with ``earliest`` (the first event that changed), only if
+        that is before the event the manager is already waiting for.
+
+        Skipping is safe: ``_expecting`` is set only after a read of the queue, and the manager
+        reads it again by that time at the latest; it is None while a read is under way.
+        """
+        expecting = self._expecting
+        if earliest is None or expecting is None or earliest < expecting:
+            self._wake.set()
 
     def run_forever(self) -> None:
         LOG.info("manager %s started", self.name)

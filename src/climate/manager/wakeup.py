@@ -7,6 +7,7 @@ read on a private connection, not a query of the events table.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import sqlite3
 import threading
@@ -22,7 +23,7 @@ SQLITE_WATCH_INTERVAL = 0.05
 class WakeWatcher:
     """A daemon thread that calls ``wake`` whenever another process may have added work."""
 
-    def __init__(self, db: Database, wake: Callable[[], None]) -> None:
+    def __init__(self, db: Database, wake: Callable[[dt.datetime | None], None]) -> None:
         self.db = db
         self.wake = wake
         self._stop = threading.Event()
@@ -53,8 +54,8 @@ class WakeWatcher:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"LISTEN {EVENTS_CHANNEL}")
             while not self._stop.is_set():
-                for _ in conn.notifies(timeout=0.5, stop_after=1):
-                    self.wake()
+                for notice in conn.notifies(timeout=0.5, stop_after=1):
+                    self.wake(_when(notice.payload))
 
     def _watch_sqlite(self) -> None:
         path = self.db.engine.url.database or ""
@@ -68,6 +69,14 @@ class WakeWatcher:
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if version != last:
                     last = version
-                    self.wake()
+                    self.wake(None)
         finally:
             conn.close()
+
+
+def _when(payload: str) -> dt.datetime | None:
+    """The earliest changed event's time sent with a NOTIFY (None if absent or unreadable)."""
+    try:
+        return dt.datetime.fromisoformat(payload)
+    except ValueError:
+        return None

@@ -9,13 +9,17 @@ window is tightest (best fit in time), so that long free stretches stay whole fo
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from climate.errors import Conflict, NotEnoughCapacity
 
 # A gap we know nothing about (no allocation on that side within the look-around) scores as this.
 OPEN_GAP = dt.timedelta(days=3650)
+MICROSECOND = dt.timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,72 @@ class HostCalendar:
         return before + after
 
 
+@dataclass(frozen=True, eq=False)
+class HostsView:
+    """The matching hosts around one window, as parallel arrays: one entry per host.
+
+    Iterating gives each host's ``HostCalendar``, built on demand: deciding needs only the
+    arrays, so a view of thousands of hosts costs a few array operations, not thousands of
+    objects.
+    """
+
+    ids: npt.NDArray[np.int64]
+    names: Sequence[str]
+    free: npt.NDArray[np.bool_]
+    fit: npt.NDArray[np.int64]
+    """On free hosts, ``HostCalendar.fit`` in microseconds."""
+    released: npt.NDArray[np.float64]
+    """On busy hosts, the end of their last allocation in the window (seconds since the epoch)."""
+    detail: Callable[[int], HostCalendar]
+    """The calendar of the host at a position."""
+
+    @classmethod
+    def of(
+        cls, calendars: Iterable[HostCalendar], start: dt.datetime, end: dt.datetime
+    ) -> HostsView:
+        listed = list(calendars)
+        return cls(
+            ids=np.array([c.host_id for c in listed], dtype=np.int64),
+            names=[c.name for c in listed],
+            free=np.array([c.free for c in listed], dtype=np.bool_),
+            fit=np.array(
+                [c.fit(start, end) // MICROSECOND if c.free else 0 for c in listed], dtype=np.int64
+            ),
+            released=np.array(
+                [max(e for _, e in c.busy).timestamp() if c.busy else 0.0 for c in listed],
+                dtype=np.float64,
+            ),
+            detail=listed.__getitem__,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[HostCalendar]:
+        return (self.detail(k) for k in range(len(self.ids)))
+
+    def busy(self) -> dict[int, Sequence[tuple[dt.datetime, dt.datetime]]]:
+        """The allocations in the window of each busy host."""
+        return {int(self.ids[k]): self.detail(k).busy for k in np.flatnonzero(~self.free).tolist()}
+
+    def best_fit(self, count: int, skip: Iterable[int]) -> list[int]:
+        """The ``count`` free hosts with the smallest (fit, id), leaving out positions ``skip``."""
+        if count <= 0:
+            return []
+        free = self.free.copy()
+        free[list(skip)] = False
+        found = np.flatnonzero(free)
+        if len(found) > count:
+            fits = self.fit[found]
+            worst = np.partition(fits, count - 1)[count - 1]
+            tied = found[fits == worst]
+            found = found[fits < worst]
+            lowest = np.partition(self.ids[tied], count - len(found) - 1)[: count - len(found)]
+            found = np.concatenate((found, tied[np.isin(self.ids[tied], lowest)]))
+        order = np.lexsort((self.ids[found], self.fit[found]))[:count]
+        return [int(h) for h in self.ids[found[order]]]
+
+
 @dataclass(frozen=True)
 class HostDemand:
     """``min``..``max`` hosts for [start, end), with hosts already held kept when possible."""
@@ -55,8 +125,8 @@ class HostDemand:
     """Hosts that cannot move (the lease is active on them): all must stay free."""
 
 
-def choose_hosts(demand: HostDemand, calendars: Iterable[HostCalendar]) -> list[int]:
-    """Pick the hosts for ``demand`` among the matching ``calendars``.
+def choose_hosts(demand: HostDemand, calendars: HostsView | Iterable[HostCalendar]) -> list[int]:
+    """Pick the hosts for ``demand`` among the matching hosts (a view, or their calendars).
 
     :raises NotEnoughCapacity: with how many hosts match, how many are free and until when the
         others are busy.
@@ -67,49 +137,55 @@ def choose_hosts(demand: HostDemand, calendars: Iterable[HostCalendar]) -> list[
             f"the lease is active on {len(demand.must_keep)} hosts; max cannot drop below "
             f"that ({demand.max} asked)"
         )
-    hosts = list(calendars)
-    by_id = {h.host_id: h for h in hosts}
-    blocked = sorted(h for h in demand.must_keep if h not in by_id or not by_id[h].free)
+    view = (
+        calendars
+        if isinstance(calendars, HostsView)
+        else HostsView.of(calendars, demand.start, demand.end)
+    )
+    mine = demand.held | demand.must_keep
+    at = (
+        {int(view.ids[k]): k for k in np.flatnonzero(np.isin(view.ids, list(mine))).tolist()}
+        if mine
+        else {}
+    )
+    blocked = sorted(h for h in demand.must_keep if h not in at or not view.free[at[h]])
     if blocked:
-        names = ", ".join(by_id[h].name if h in by_id else str(h) for h in blocked)
+        names = ", ".join(view.names[at[h]] if h in at else str(h) for h in blocked)
         raise NotEnoughCapacity(
             f"the lease is active on host(s) {names}, which are not free (or no longer match) "
             f"for the whole window {_window(demand)}; active hosts cannot be moved"
         )
-    free = [h for h in hosts if h.free]
-    if len(free) < demand.min:
-        raise NotEnoughCapacity(_refusal(demand, hosts, free))
-    free.sort(
-        key=lambda h: (
-            h.host_id not in demand.must_keep,
-            h.host_id not in demand.held,
-            h.fit(demand.start, demand.end),
-            h.host_id,
-        )
+    free = int(np.count_nonzero(view.free))
+    if free < demand.min:
+        raise NotEnoughCapacity(_refusal(demand, view, free))
+    kept = [h for h in at if view.free[at[h]]]
+    kept.sort(
+        key=lambda h: (h not in demand.must_keep, h not in demand.held, int(view.fit[at[h]]), h)
     )
-    return [h.host_id for h in free[: demand.max]]
+    chosen = kept[: demand.max]
+    return chosen + view.best_fit(demand.max - len(chosen), at.values())
 
 
 def _window(demand: HostDemand) -> str:
     return f"{demand.start.isoformat()} to {demand.end.isoformat()}"
 
 
-def _refusal(demand: HostDemand, hosts: list[HostCalendar], free: list[HostCalendar]) -> str:
+def _refusal(demand: HostDemand, view: HostsView, free: int) -> str:
     wanted = f"{demand.min} host(s) requested"
-    if not hosts:
+    if not len(view):
         return f"not enough hosts: {wanted}, but no reservable host matches the properties"
-    busy = [h for h in hosts if not h.free]
+    busy = len(view) - free
     message = (
-        f"not enough hosts: {wanted}, {len(hosts)} match the properties, "
-        f"{len(free)} free for the whole window {_window(demand)}"
+        f"not enough hosts: {wanted}, {len(view)} match the properties, "
+        f"{free} free for the whole window {_window(demand)}"
     )
     if busy:
         # The time from which min hosts could be free again, if nothing else is booked.
-        releases = sorted(max(e for _, e in h.busy) for h in busy)
-        needed = demand.min - len(free)
-        if needed <= len(releases):
+        releases = np.sort(view.released[~view.free])
+        needed = demand.min - free
+        if needed <= busy:
+            released = dt.datetime.fromtimestamp(float(releases[needed - 1]), dt.UTC)
             message += (
-                f"; {len(busy)} busy in the window, enough would be released by "
-                f"{releases[needed - 1].isoformat()}"
+                f"; {busy} busy in the window, enough would be released by {released.isoformat()}"
             )
     return message

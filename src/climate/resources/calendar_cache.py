@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
-from climate.planner.calendar import Calendar, Span, seconds
-from climate.planner.hosts import HostCalendar
+from climate.db.tables import HostAllocation
+from climate.planner.calendar import Calendar, HostSet, Span, seconds
+from climate.planner.hosts import HostsView
 
 # Allocations that ended this long before the cache was loaded are left out of it.
 HISTORY = dt.timedelta(days=30)
@@ -59,9 +60,7 @@ class CalendarCache:
 
     def _reload(self, session: Session) -> None:
         since = dt.datetime.now(dt.UTC) - HISTORY
-        self._calendar = Calendar()
-        for row in host_rows.spans_since(session, since):
-            self._calendar.add(_span(row))
+        self._calendar = Calendar.of(_span(row) for row in host_rows.spans_since(session, since))
 
     def _set_version(self, version: int) -> None:
         with self._guard:
@@ -83,16 +82,13 @@ class CalendarCache:
     def view(
         self,
         session: Session,
-        hosts: Iterable[host_rows.HostRecord],
+        hosts: HostSet,
         start: dt.datetime,
         end: dt.datetime,
         exclude: Sequence[str] = (),
-    ) -> list[HostCalendar]:
+    ) -> HostsView:
         self.sync(session)
-        pairs = ((h.id, h.hypervisor_hostname) for h in hosts)
-        return self._calendar.view(
-            pairs, start, end, frozenset(exclude), host_rows.LOOKAROUND.total_seconds()
-        )
+        return self._calendar.view(hosts, start, end, exclude, host_rows.LOOKAROUND.total_seconds())
 
     def overlapping(
         self, session: Session, host_id: int, start: dt.datetime, end: dt.datetime
@@ -110,13 +106,16 @@ class CalendarCache:
         host_ids: Sequence[int],
         start: dt.datetime,
         end: dt.datetime,
-    ) -> None:
+    ) -> list[HostAllocation]:
         """Give ``reservation_id`` exactly ``host_ids`` over [start, end), in the database and
-        here."""
+        here; returns the new allocations."""
         self.sync(session)
-        host_rows.replace_allocations(session, reservation_id, lease_id, host_ids, start, end)
+        rows = host_rows.replace_allocations(
+            session, reservation_id, lease_id, host_ids, start, end
+        )
         new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
         self._swap(session, reservation_id, new)
+        return rows
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
         """End the reservation's allocations at ``at``, in the database and here."""

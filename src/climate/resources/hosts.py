@@ -9,12 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.db import hosts as host_rows
 from climate.db import repacking
 from climate.db.tables import Reservation
 from climate.errors import InvalidInput, NotEnoughCapacity
-from climate.planner.calendar import moment
+from climate.planner.calendar import HostSet, moment
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
 from climate.planner.repack import Occupant, RepackDemand, plan
@@ -48,11 +49,11 @@ class Inventory:
         self._lock = threading.Lock()
         self._version = -1
         self._records: list[host_rows.HostRecord] = []
-        self._matches: dict[tuple[str, str], list[host_rows.HostRecord]] = {}
+        self._matches: dict[tuple[str, str], HostSet] = {}
 
     def matching(
         self, session: Session, hypervisor_properties: str, resource_properties: str
-    ) -> list[host_rows.HostRecord]:
+    ) -> HostSet:
         version = host_rows.inventory_version(session)
         key = (hypervisor_properties, resource_properties)
         with self._lock:
@@ -66,7 +67,11 @@ class Inventory:
                     parse_query("hypervisor_properties", hypervisor_properties),
                     parse_query("resource_properties", resource_properties),
                 ]
-                found = [r for r in self._records if all(q.matches(r.properties) for q in queries)]
+                found = HostSet(
+                    (r.id, r.hypervisor_hostname)
+                    for r in self._records
+                    if all(q.matches(r.properties) for q in queries)
+                )
                 if len(self._matches) > MAX_REMEMBERED_QUERIES:
                     self._matches.clear()
                 self._matches[key] = found
@@ -139,20 +144,29 @@ class PhysicalHostType(ResourceType):
             chosen = choose_hosts(demand, calendars)
         except NotEnoughCapacity:
             # Late binding: pending leases may exchange hosts for equivalent ones to make room.
-            busy = {c.host_id: c.busy for c in calendars}
-            if now is None or not self._repack(session, reservation, demand, matching, now, busy):
+            busy = calendars.busy()
+            if now is None:
+                raise
+            if held:
+                # Moves may hand this reservation's old hosts to others: give them up first, as
+                # the planner already assumes (PostgreSQL checks overlaps statement by statement).
+                self.calendar.replace(session, reservation.id, reservation.lease_id, [], start, end)
+            if not self._repack(session, reservation, demand, matching, now, busy):
                 raise
             calendars = self.calendar.view(session, matching, start, end, [reservation.id])
             chosen = choose_hosts(demand, calendars)
-        self.calendar.replace(session, reservation.id, reservation.lease_id, chosen, start, end)
-        session.refresh(reservation, ["allocations"])
+        allocations = self.calendar.replace(
+            session, reservation.id, reservation.lease_id, chosen, start, end
+        )
+        # The reservation may not be in the session (a new lease is written with Core inserts).
+        set_committed_value(reservation, "allocations", allocations)
 
     def _repack(
         self,
         session: Session,
         reservation: Reservation,
         demand: HostDemand,
-        matching: list[host_rows.HostRecord],
+        matching: HostSet,
         now: dt.datetime,
         busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]],
     ) -> bool:
@@ -163,7 +177,7 @@ class PhysicalHostType(ResourceType):
         def eligible(params: dict[str, Any]) -> frozenset[int]:
             key = (params.get("hypervisor_properties", ""), params.get("resource_properties", ""))
             if key not in matched:
-                matched[key] = frozenset(r.id for r in self.inventory.matching(session, *key))
+                matched[key] = frozenset(self.inventory.matching(session, *key).ids.tolist())
             return matched[key]
 
         def spans(host: int, s: dt.datetime, e: dt.datetime) -> list[Occupant]:
@@ -173,7 +187,7 @@ class PhysicalHostType(ResourceType):
         world = repacking.DatabaseWorld(
             session, spans, eligible, reservation.id, reservation.lease_id
         )
-        candidates = frozenset(r.id for r in matching)
+        candidates = frozenset(matching.ids.tolist())
         wanted = RepackDemand(
             start=demand.start,
             end=demand.end,

@@ -1,4 +1,4 @@
-"""Host inventory use cases (admin only): create, list, show, update, delete, properties."""
+"""Host inventory use cases: create, list, show, update, delete, properties, allocations."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
-from climate.errors import Conflict, Forbidden, InvalidInput, NotFound, ResourceInUse
-from climate.services.context import ServiceContext
+from climate.errors import Conflict, InvalidInput, NotFound, ResourceInUse
+from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
 TEXT_COLUMNS = frozenset({"service_name", "hypervisor_type", "cpu_info"})
@@ -40,7 +43,7 @@ class HostService:
 
     def create(self, actor: Actor, name: object, fields: Mapping[str, Any]) -> Host:
         """Register a host. Known inventory fields fill columns; all others become properties."""
-        _admin(actor)
+        self.ctx.policy.enforce(actor, "blazar:oshosts:post")
         if not isinstance(name, str) or not name.strip():
             raise InvalidInput("name", "a host needs a non-empty name")
         if len(name) > 255:
@@ -57,20 +60,22 @@ class HostService:
             host_rows.set_properties(session, host, properties)
             host_rows.bump_inventory(session)
             session.refresh(host)
+            _audit(session, now, actor, "host.create", host, {"name": name, **fields})
             return host
 
-    def list_all(self, actor: Actor) -> Sequence[Host]:
-        _admin(actor)
+    def list_all(self, actor: Actor, page: Page = FIRST_PAGE) -> Sequence[Host]:
+        """:raises InvalidInput: ``marker`` is not a host id, or a bad ``sort_key``."""
+        self.ctx.policy.enforce(actor, "blazar:oshosts:get")
         with self.ctx.db.reader() as session:
-            return host_rows.list_all(session)
+            return self._page(session, page)
 
     def get(self, actor: Actor, host_id: str) -> Host:
-        _admin(actor)
+        self.ctx.policy.enforce(actor, "blazar:oshosts:get")
         with self.ctx.db.reader() as session:
             return _load(session, host_id)
 
     def update(self, actor: Actor, host_id: str, fields: Mapping[str, Any]) -> Host:
-        _admin(actor)
+        self.ctx.policy.enforce(actor, "blazar:oshosts:put")
         if not fields:
             raise InvalidInput("body", "no values to update")
         columns, properties = _split(fields, creating=False)
@@ -84,11 +89,12 @@ class HostService:
             host.updated_at = now
             session.flush()
             session.refresh(host)
+            _audit(session, now, actor, "host.update", host, dict(fields))
             return host
 
     def delete(self, actor: Actor, host_id: str) -> None:
         """Remove a host, refused (409, naming the leases) while it has current or future use."""
-        _admin(actor)
+        self.ctx.policy.enforce(actor, "blazar:oshosts:delete")
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             host = _load(session, host_id)
@@ -98,15 +104,18 @@ class HostService:
                     f"host {host.id} ({host.hypervisor_hostname}) has current or future "
                     f"allocations in lease(s) {', '.join(holders)}"
                 )
+            _audit(session, now, actor, "host.delete", host, {"name": host.hypervisor_hostname})
             host_rows.remove(session, host, session.info["lock_version"])
             host_rows.bump_inventory(session)
 
     def properties(self, actor: Actor, *, include_private: bool) -> list[PropertyInfo]:
-        """Extra property names in use with their values; private ones only for admins asking."""
+        """Extra property names in use with their values; private ones only for admins asking.
+        Like Blazar, the public ones are shown to every caller the policy lets in."""
+        self.ctx.policy.enforce(actor, "blazar:oshosts:get_resource_properties")
         with self.ctx.db.reader() as session:
             settings = host_rows.property_settings(session)
             values = host_rows.property_values(session)
-        show_private = include_private and actor.is_admin
+        show_private = include_private and self.ctx.policy.scope(actor) is None
         found = []
         for name in sorted(values):
             private = settings[name].private if name in settings else False
@@ -116,14 +125,24 @@ class HostService:
         return found
 
     def set_property_private(self, actor: Actor, name: str, private: object) -> ResourceProperty:
-        _admin(actor)
+        self.ctx.policy.enforce(actor, "blazar:oshosts:update_resource_properties")
         if not isinstance(private, bool):
             raise InvalidInput("private", "must be true or false")
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
             if name not in host_rows.property_values(session):
                 raise NotFound("Resource property", name)
-            return host_rows.upsert_property_setting(session, name, private, now)
+            setting = host_rows.upsert_property_setting(session, name, private, now)
+            audit.record(
+                session,
+                at=now,
+                actor=actor,
+                action="property.update",
+                target_type="resource_property",
+                target_id=name,
+                detail={"private": private},
+            )
+            return setting
 
     def allocations(
         self,
@@ -134,19 +153,25 @@ class HostService:
         reservation_id: str | None = None,
         start: dt.datetime | None = None,
         end: dt.datetime | None = None,
+        page: Page = FIRST_PAGE,
     ) -> list[HostAllocations]:
-        """Allocations per host from ``start`` (default now) on; members see only their own."""
+        """Allocations per host from ``start`` (default now) on, a page of hosts (by id) at a
+        time; a caller whom the ``admin`` rule does not cover sees only their project's."""
+        self.ctx.policy.enforce(actor, "blazar:oshosts:get_allocations", _owned_by(actor))
         since = start or self.ctx.clock.now()
         with self.ctx.db.reader() as session:
-            hosts = (
-                [_load(session, host_id)] if host_id is not None else host_rows.list_all(session)
-            )
+            if host_id is not None:
+                hosts: Sequence[Host] = [_load(session, host_id)]
+            else:
+                hosts = self._page(session, page)
+            if not hosts:
+                return []
             rows = host_rows.allocations(
                 session,
-                host_ids=[h.id for h in hosts] if host_id is not None else None,
+                host_range=(hosts[0].id, hosts[-1].id),
                 lease_id=lease_id,
                 reservation_id=reservation_id,
-                project_id=actor.scope(),
+                project_id=self.ctx.policy.scope(actor),
                 start=since,
                 end=end,
             )
@@ -155,20 +180,56 @@ class HostService:
             per_host.setdefault(row.host_id, []).append(row)
         return [HostAllocations(h, r) for h, r in per_host.items()]
 
+    def _page(self, session: Session, page: Page) -> Sequence[Host]:
+        marker = None
+        if page.marker is not None:
+            marker = _find(session, page.marker)
+            if marker is None:
+                raise InvalidInput("marker", f"no host {page.marker}")
+        return host_rows.list_all(
+            session,
+            limit=page.size(self.ctx.settings.max_page_size),
+            marker=marker,
+            sort_key=page.key(host_rows.HOST_SORT_KEYS),
+            descending=page.sort_dir == "desc",
+        )
 
-def _admin(actor: Actor) -> None:
-    if not actor.is_admin:
-        raise Forbidden("host management requires the admin role")
+
+def _owned_by(actor: Actor) -> dict[str, str]:
+    return {"project_id": actor.project_id, "user_id": actor.user_id}
 
 
-def _load(session: Any, host_id: str) -> Host:
-    # Ids are 32-bit integers: a longer number is unknown, not a database error.
-    text = str(host_id)
-    known = _digits(text) and int(text) <= MAX_INT
-    host = host_rows.get(session, int(text)) if known else None
+def _audit(
+    session: Session,
+    now: dt.datetime,
+    actor: Actor,
+    action: str,
+    host: Host,
+    detail: Mapping[str, Any],
+) -> None:
+    audit.record(
+        session,
+        at=now,
+        actor=actor,
+        action=action,
+        target_type="host",
+        target_id=str(host.id),
+        detail=detail,
+    )
+
+
+def _load(session: Session, host_id: str) -> Host:
+    host = _find(session, host_id)
     if host is None:
         raise NotFound("Host", host_id)
     return host
+
+
+def _find(session: Session, host_id: str) -> Host | None:
+    # Ids are 32-bit integers: a longer number is unknown, not a database error.
+    text = str(host_id)
+    known = _digits(text) and int(text) <= MAX_INT
+    return host_rows.get(session, int(text)) if known else None
 
 
 def _split(

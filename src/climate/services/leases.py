@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation
+from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation, new_id
 from climate.domain.actor import Actor
 from climate.domain.status import (
     EVENT_ORDER,
@@ -25,7 +26,7 @@ from climate.domain.status import (
 from climate.errors import Conflict, InvalidInput, NotFound
 from climate.notify import enqueue_lease
 from climate.resources import pick
-from climate.services.context import ServiceContext
+from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 # A start given as a date may lag the clock by this much (a client rounding "now" to the minute).
 START_TOLERANCE = dt.timedelta(seconds=60)
@@ -66,7 +67,7 @@ class LeaseService:
 
     def get(self, actor: Actor, lease_id: str) -> Lease:
         with self.ctx.db.reader() as session:
-            return self._load(session, actor, lease_id)
+            return self._load(session, actor, lease_id, "blazar:leases:get")
 
     def list_all(
         self,
@@ -75,14 +76,36 @@ class LeaseService:
         project_id: str | None = None,
         status: str | None = None,
         name: str | None = None,
+        page: Page = FIRST_PAGE,
     ) -> Sequence[Lease]:
-        scope = actor.scope()
+        """Live leases of the caller's project (of every project, or the one asked for, to
+        those the ``admin`` rule allows), a page at a time.
+
+        :raises InvalidInput: ``marker`` is not a lease of this listing, or a bad ``sort_key``.
+        """
+        self.ctx.policy.enforce(actor, "blazar:leases:get", _owned_by(actor))
+        scope = self.ctx.policy.scope(actor)
         if scope is not None:
             if project_id not in (None, scope):
                 return []
             project_id = scope
+        sort_key = page.key(lease_rows.LEASE_SORT_KEYS)
         with self.ctx.db.reader() as session:
-            return lease_rows.list_live(session, project_id=project_id, status=status, name=name)
+            marker = None
+            if page.marker is not None:
+                marker = lease_rows.get(session, page.marker, project_id=scope)
+                if marker is None:
+                    raise InvalidInput("marker", "not the id of a lease in this listing")
+            return lease_rows.list_live(
+                session,
+                project_id=project_id,
+                status=status,
+                name=name,
+                limit=page.size(self.ctx.settings.max_page_size),
+                marker=marker,
+                sort_key=sort_key,
+                descending=page.sort_dir == "desc",
+            )
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -93,6 +116,7 @@ class LeaseService:
         :raises NotEnoughCapacity: not enough matching resources are free for the whole window.
         :raises Conflict: the project already has a live lease of that name.
         """
+        self.ctx.policy.enforce(actor, "blazar:leases:post", _owned_by(actor))
         now = self.ctx.clock.now()
         _check_name(request.name)
         start = self._check_start(request.start, now)
@@ -115,43 +139,58 @@ class LeaseService:
                     f"name: a lease named {request.name!r} already exists in project "
                     f"{actor.project_id}"
                 )
-            lease = lease_rows.add(
-                session,
-                Lease(
-                    name=request.name,
-                    project_id=actor.project_id,
-                    user_id=actor.user_id,
-                    start_date=start,
-                    end_date=request.end,
-                    before_end_date=before_end,
-                    status=LeaseStatus.PENDING,
-                    created_at=now,
+            lease_id = new_id()
+            lease = Lease(
+                id=lease_id,
+                name=request.name,
+                project_id=actor.project_id,
+                user_id=actor.user_id,
+                trust_id=None,
+                start_date=start,
+                end_date=request.end,
+                before_end_date=before_end,
+                status=LeaseStatus.PENDING,
+                status_reason=None,
+                degraded=False,
+                deleted_at=None,
+                created_at=now,
+                updated_at=None,
+                reservations=[
+                    Reservation(
+                        id=new_id(),
+                        lease_id=lease_id,
+                        resource_type=req.resource_type,
+                        resource_id=new_id(),
+                        status=ReservationStatus.PENDING,
+                        missing_resources=False,
+                        resources_changed=False,
+                        params=params,
+                        created_at=now,
+                        updated_at=None,
+                    )
+                    for params, req in prepared
+                ],
+                events=sorted(
+                    (
+                        _event(lease_id, kind, when, now)
+                        for kind, when in (
+                            (EventType.START_LEASE, start),
+                            (EventType.END_LEASE, request.end),
+                            (EventType.BEFORE_END_LEASE, before_end),
+                        )
+                    ),
+                    key=lambda e: e.time,
                 ),
             )
-            for params, req in prepared:
-                reservation = Reservation(
-                    lease_id=lease.id,
-                    resource_type=req.resource_type,
-                    status=ReservationStatus.PENDING,
-                    params=params,
-                    created_at=now,
-                )
-                session.add(reservation)
-                session.flush()
+            # Written with Core inserts and kept outside the session: nothing to flush or reload.
+            lease_rows.insert_new(session, lease)
+            for reservation in lease.reservations:
                 self.ctx.resource_types[reservation.resource_type].admit(
                     session, reservation, start, request.end, active=False, now=now
                 )
-            for kind, when in (
-                (EventType.START_LEASE, start),
-                (EventType.END_LEASE, request.end),
-                (EventType.BEFORE_END_LEASE, before_end),
-            ):
-                session.add(_event(lease.id, kind, when, now))
-            session.flush()
-            session.refresh(lease)
             self._notify(session, "lease.create", lease, now)
-            lease_rows.signal_event_change(session)
-        self.ctx.wake_manager()
+            _audit(session, now, actor, "lease.create", lease, _window(lease))
+            self.ctx.events_changed(session, start)
         return lease  # fully loaded: the notification above rendered all of it
 
     def update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
@@ -162,7 +201,8 @@ class LeaseService:
         """
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            lease = self._load(session, actor, lease_id)
+            lease = self._load(session, actor, lease_id, "blazar:leases:put")
+            before = _window(lease)
             active = lease.status != LeaseStatus.PENDING
             if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
                 raise Conflict(f"lease {lease.id} is {lease.status} and can no longer be changed")
@@ -207,19 +247,28 @@ class LeaseService:
             lease.updated_at = now
             session.flush()
             self._notify(session, "lease.update", lease, now)
-            lease_rows.signal_event_change(session)
-        self.ctx.wake_manager()
+            after = _window(lease)
+            changed = {k: [before[k], after[k]] for k in after if after[k] != before[k]}
+            if edits:
+                changed["reservations"] = [r.id for r, _, _ in edits]
+            _audit(session, now, actor, "lease.update", lease, changed)
+            waiting = [e.not_before for e in lease.events if e.status == EventStatus.UNDONE]
+            if waiting:
+                self.ctx.events_changed(session, min(waiting))
         return lease
 
     def delete(self, actor: Actor, lease_id: str) -> None:
         """Delete a lease; a running one ends now and its resources go back to the free pool."""
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            lease = self._load(session, actor, lease_id)
+            lease = self._load(session, actor, lease_id, "blazar:leases:delete")
             self._notify(session, "lease.delete", lease, now)
+            _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
             lease.deleted_at = now
             lease.updated_at = now
-            if lease.status == LeaseStatus.PENDING:
+            # A start a manager is running counts as started: that manager will write ACTIVE.
+            starting = any(e.status == EventStatus.IN_PROGRESS for e in lease.events)
+            if lease.status == LeaseStatus.PENDING and not starting:
                 lease_rows.drop_pending_events(session, lease.id)
                 check_lease_transition(lease.status, LeaseStatus.TERMINATED)
                 lease.status = LeaseStatus.TERMINATED
@@ -242,16 +291,20 @@ class LeaseService:
                     self.ctx.resource_types[reservation.resource_type].release(
                         session, reservation, now
                     )
-                lease_rows.signal_event_change(session)
+                self.ctx.events_changed(session, now)
             session.flush()
-        self.ctx.wake_manager()
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _load(self, session: Session, actor: Actor, lease_id: str) -> Lease:
-        lease = lease_rows.get(session, lease_id, project_id=actor.scope())
+    def _load(self, session: Session, actor: Actor, lease_id: str, rule: str) -> Lease:
+        """The lease if the caller may see it and ``rule`` allows the action on it. Another
+        project's lease is not found (404, not 403): its existence is not given away."""
+        lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
         if lease is None:
             raise NotFound("Lease", lease_id)
+        self.ctx.policy.enforce(
+            actor, rule, {"project_id": lease.project_id, "user_id": lease.user_id}
+        )
         return lease
 
     def _type_of(self, request: ReservationRequest, field: str) -> Any:
@@ -326,6 +379,7 @@ class LeaseService:
 
 def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) -> Event:
     return Event(
+        id=new_id(),
         lease_id=lease_id,
         event_type=kind,
         time=when,
@@ -334,7 +388,45 @@ def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) 
         seq=LIFECYCLE_ORDER[kind],
         status=EventStatus.UNDONE,
         attempts=0,
+        last_error=None,
+        claimed_by=None,
+        claimed_until=None,
+        done_at=None,
         created_at=now,
+        updated_at=None,
+    )
+
+
+def _owned_by(actor: Actor) -> dict[str, str]:
+    """The target of an action on the caller's own project's leases."""
+    return {"project_id": actor.project_id, "user_id": actor.user_id}
+
+
+def _window(lease: Lease) -> dict[str, object]:
+    return {
+        "name": lease.name,
+        "start_date": lease.start_date,
+        "end_date": lease.end_date,
+        "before_end_date": lease.before_end_date,
+    }
+
+
+def _audit(
+    session: Session,
+    now: dt.datetime,
+    actor: Actor,
+    action: str,
+    lease: Lease,
+    detail: Mapping[str, object],
+) -> None:
+    audit.record(
+        session,
+        at=now,
+        actor=actor,
+        action=action,
+        target_type="lease",
+        target_id=lease.id,
+        detail={"project_id": lease.project_id, **detail},
     )
 
 

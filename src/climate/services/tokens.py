@@ -1,4 +1,7 @@
-"""API tokens: issued once in clear, stored as a hash, checked in constant time."""
+"""API tokens: issued once in clear, stored as a hash, checked in constant time.
+
+Tokens are managed only by ``climate token`` on a machine that reaches the database (there is no
+HTTP API for them, so no policy rule): the audit log names that command line as the actor."""
 
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
+from climate.db import audit
 from climate.db import tokens as token_rows
 from climate.db.tables import NAME_LENGTH, ApiToken
 from climate.domain.actor import Actor
@@ -16,6 +22,8 @@ from climate.errors import InvalidInput, NotFound
 from climate.services.context import ServiceContext
 
 PREFIX = "clm"
+CLI = "cli"
+"""The audit log's actor for token changes: the ``climate token`` command line."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class TokenService:
         )
         with self.ctx.db.transaction() as session:
             token_rows.add(session, row)
+            _audit(session, now, "token.issue", row, {"name": name, "roles": row.roles})
         return IssuedToken(f"{PREFIX}_{token_id}_{secret}", row)
 
     def authenticate(self, presented: str) -> Actor | None:
@@ -79,7 +88,7 @@ class TokenService:
         if row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= now):
             return None
         roles = frozenset(r for r in row.roles.split(",") if r)
-        return Actor(row.user_id, row.project_id, roles, self.ctx.settings.admin_role)
+        return Actor(row.user_id, row.project_id, roles)
 
     def list_all(self) -> Sequence[ApiToken]:
         with self.ctx.db.reader() as session:
@@ -92,3 +101,19 @@ class TokenService:
             if row is None:
                 raise NotFound("Token", token_id)
             row.revoked_at = now
+            _audit(session, now, "token.revoke", row, {"name": row.name})
+
+
+def _audit(
+    session: Session, now: dt.datetime, action: str, row: ApiToken, detail: dict[str, object]
+) -> None:
+    """Who the token stands for and its name, never its secret or hash."""
+    audit.record(
+        session,
+        at=now,
+        actor=CLI,
+        action=action,
+        target_type="token",
+        target_id=row.id,
+        detail={"user_id": row.user_id, "project_id": row.project_id, **detail},
+    )

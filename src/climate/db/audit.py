@@ -1,0 +1,142 @@
+"""The audit log: one row per change, written in the transaction of the change.
+
+Each row is also logged as one JSON line on the ``climate.audit`` logger once its transaction
+commits (a rolled-back change leaves neither a row nor a line).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, literal, select
+from sqlalchemy.orm import Session
+
+from climate.db.leases import string_rows
+from climate.db.tables import AuditLog
+from climate.db.types import UTCDateTime
+from climate.domain.actor import Actor
+
+LOG = logging.getLogger("climate.audit")
+AUDIT = cast(Table, AuditLog.__table__)
+Detail = Mapping[str, object]
+_ADD = insert(AUDIT)
+
+
+def record(
+    session: Session,
+    *,
+    at: dt.datetime,
+    actor: Actor | str,
+    action: str,
+    target_type: str,
+    target_id: str,
+    detail: Detail | None = None,
+) -> None:
+    """One change by ``actor`` (a caller, or the name of a part of Climate: ``"manager"``)."""
+    user, project = (actor.user_id, actor.project_id) if isinstance(actor, Actor) else (actor, None)
+    row = {
+        "at": at,
+        "actor_user": user,
+        "actor_project": project,
+        "action": action,
+        "target_type": target_type,
+        "target_id": target_id,
+        "detail": _encode(detail),
+    }
+    session.execute(_ADD, [row])
+    _log_on_commit(session, [row])
+
+
+def record_many(
+    session: Session,
+    *,
+    at: dt.datetime,
+    actor_user: str,
+    action: str,
+    target_type: str,
+    items: Sequence[tuple[str, Detail]],
+) -> None:
+    """The same change to many targets (``items``: target id and detail), in one INSERT."""
+    if not items:
+        return
+    encoded = [(target_id, _json(detail)) for target_id, detail in items]
+    target_id, detail = string_rows(session, encoded, 2)
+    source = select(
+        literal(at, UTCDateTime()),
+        literal(actor_user),
+        literal(action),
+        literal(target_type),
+        target_id,
+        detail,
+    )
+    session.execute(
+        insert(AUDIT).from_select(
+            ["at", "actor_user", "action", "target_type", "target_id", "detail"], source
+        )
+    )
+    _log_on_commit(
+        session,
+        [
+            {
+                "at": at,
+                "actor_user": actor_user,
+                "actor_project": None,
+                "action": action,
+                "target_type": target_type,
+                "target_id": item_id,
+                "detail": item_detail,
+            }
+            for item_id, item_detail in encoded
+        ],
+    )
+
+
+def find(
+    session: Session,
+    *,
+    target_type: str | None = None,
+    target_id: str | None = None,
+    action: str | None = None,
+    since: dt.datetime | None = None,
+    after_id: int | None = None,
+    limit: int | None = None,
+) -> Sequence[AuditLog]:
+    """Rows matching every filter given, oldest first (by id: the order they were written)."""
+    query = select(AuditLog).order_by(AuditLog.id)
+    if target_type is not None:
+        query = query.where(AuditLog.target_type == target_type)
+    if target_id is not None:
+        query = query.where(AuditLog.target_id == target_id)
+    if action is not None:
+        query = query.where(AuditLog.action == action)
+    if since is not None:
+        query = query.where(AuditLog.at >= since)
+    if after_id is not None:
+        query = query.where(AuditLog.id > after_id)
+    return session.scalars(query.limit(limit)).all()
+
+
+def exists(session: Session, audit_id: int) -> bool:
+    return session.get(AuditLog, audit_id) is not None
+
+
+def _encode(detail: Detail | None) -> str | None:
+    return None if detail is None else _json(detail)
+
+
+def _json(detail: Detail) -> str:
+    return json.dumps(detail, sort_keys=True, default=str)
+
+
+def _log_on_commit(session: Session, rows: list[dict[str, Any]]) -> None:
+    def log() -> None:
+        for row in rows:
+            line = {**row, "at": row["at"].isoformat()}
+            line["detail"] = json.loads(row["detail"]) if row["detail"] else None
+            LOG.info(json.dumps(line, sort_keys=True))
+
+    session.info.setdefault("on_commit", []).append(log)

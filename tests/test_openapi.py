@@ -1,0 +1,213 @@
+"""The OpenAPI document describes every route, and real answers match what it says."""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import pytest
+from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import iter_route_contexts
+
+from climate.api.app import create_app
+from climate.api.deps import BodyDep
+from climate.api.openapi import OPERATIONS, document
+from climate.config import load_settings
+from climate.db.engine import Database
+from climate.runtime import build_context
+from tests.conftest import LiveServer
+
+MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
+READ_BODY = typing.get_args(BodyDep)[1].dependency
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[FastAPI]:
+    database = Database("sqlite://")
+    yield create_app(build_context(load_settings(env={}), database))
+    database.dispose()
+
+
+def routes(app: FastAPI) -> Iterator[tuple[str, str, Dependant]]:
+    """Every (method, path, dependencies) the app serves, routers included."""
+    for route in iter_route_contexts(app.routes):
+        dependant = getattr(route, "dependant", None)  # None for Starlette's own /docs routes
+        if route.methods and route.path_format and isinstance(dependant, Dependant):
+            for method in route.methods:
+                yield method, route.path_format, dependant
+
+
+def reads_body(dependant: Dependant) -> bool:
+    return any(d.call is READ_BODY or reads_body(d) for d in dependant.dependencies)
+
+
+def test_every_route_is_described_and_every_description_is_a_route(app: FastAPI) -> None:
+    served = {(method, path) for method, path, _ in routes(app)}
+    assert len(served) > 10
+    assert served - set(OPERATIONS) == set(), "describe these in climate/api/openapi.py"
+    assert set(OPERATIONS) - served == set(), "these descriptions match no route"
+
+
+def test_a_route_that_reads_a_body_describes_it_and_no_other_does(app: FastAPI) -> None:
+    for method, path, dependant in routes(app):
+        described = OPERATIONS[(method, path)].body is not None
+        assert described == reads_body(dependant), (method, path)
+
+
+def test_every_operation_answers_with_bodies_and_statuses_it_can_really_give(app: FastAPI) -> None:
+    spec = document(app)
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            responses = operation["responses"]
+            assert "422" not in responses, (method, path)  # validation errors are 400s
+            assert {"400", "500"} <= set(responses), (method, path)
+            for status, response in responses.items():
+                if status == "204":
+                    assert "content" not in response
+                else:
+                    assert "application/json" in response["content"], (method, path, status)
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+def test_every_schema_is_valid_json_schema_and_every_reference_resolves(app: FastAPI) -> None:
+    spec = document(app)
+    text = json.dumps(spec)
+    for name, schema in spec["components"]["schemas"].items():
+        jsonschema_rs.meta.validate(schema)
+        assert f'"#/components/schemas/{name}"' in text, f"{name} is never used"
+    for reference in {part.split('"')[0] for part in text.split('"$ref": "')[1:]}:
+        name = reference.removeprefix("#/components/schemas/")
+        assert name in spec["components"]["schemas"], reference
+
+
+def test_links_lead_from_a_created_resource_to_the_operations_on_it(app: FastAPI) -> None:
+    spec = document(app)
+    operations = {
+        op["operationId"]: path
+        for path, methods in spec["paths"].items()
+        for op in methods.values()
+    }
+    lease_links = spec["paths"]["/v1/leases"]["post"]["responses"]["201"]["links"]
+    host_links = spec["paths"]["/v1/os-hosts"]["post"]["responses"]["201"]["links"]
+    assert {operations[link["operationId"]] for link in lease_links.values()} == {
+        path for path in spec["paths"] if "{lease_id}" in path
+    }
+    assert {operations[link["operationId"]] for link in host_links.values()} == {
+        path for path in spec["paths"] if "{host_id}" in path
+    }
+    assert all(
+        link["parameters"] == {"lease_id": "$response.body#/lease/id"}
+        for link in lease_links.values()
+    )
+
+
+def test_the_server_serves_the_document(live_sqlite: LiveServer, app: FastAPI) -> None:
+    response = httpx.get(f"{live_sqlite.url}/openapi.json", timeout=30)
+    assert response.status_code == 200
+    assert response.json() == json.loads(json.dumps(document(app)))
+
+
+class Conformance:
+    """Calls the live server and checks each answer against the document."""
+
+    def __init__(self, http: httpx.Client, spec: dict[str, Any]) -> None:
+        self.http = http
+        self.spec = spec
+        self.seen: set[tuple[str, str]] = set()
+
+    def __call__(
+        self, method: str, template: str, status: int, *, json: Any = None, **kw: Any
+    ) -> httpx.Response:
+        path = template.format(**kw.pop("at", {}))
+        response = self.http.request(method, path, json=json, **kw)
+        assert response.status_code == status, (method, path, response.text)
+        responses = self.spec["paths"][template][method.lower()]["responses"]
+        assert str(status) in responses, f"{method} {template} may not answer {status}"
+        content = responses[str(status)].get("content")
+        if content is None:
+            assert response.content == b""
+        else:
+            assert response.headers["content-type"] == "application/json"
+            schema = {**content["application/json"]["schema"], **self.spec}
+            errors = list(jsonschema_rs.validator_for(schema).iter_errors(response.json()))
+            assert not errors, (method, path, [str(e) for e in errors[:3]])
+        for header in ("OpenStack-API-Version", "x-openstack-request-id"):
+            assert header in response.headers
+        self.seen.add((method, template))
+        return response
+
+
+def test_real_answers_match_the_document(live: LiveServer, app: FastAPI) -> None:
+    with httpx.Client(base_url=live.url, timeout=30) as http:
+        call = Conformance(http, document(app))
+        call_every_operation(call)
+    assert call.seen == set(OPERATIONS), "call the new operation in call_every_operation too"
+
+
+def call_every_operation(call: Conformance) -> None:
+    reservation = {
+        "resource_type": "physical:host",
+        "min": "1",
+        "max": 1,
+        "resource_properties": '["==", "$gpu", "a100"]',
+    }
+    lease = {
+        "name": "l1",
+        "start_date": "2031-01-01 10:00",
+        "end_date": "2031-01-02 10:00",
+        "reservations": [reservation],
+        "events": [],
+    }
+
+    call("GET", "/", 300)
+    call("GET", "/versions", 300)
+    gpu = call("POST", "/v1/os-hosts", 201, json={"name": "c1", "gpu": "a100", "vcpus": 4})
+    plain = call("POST", "/v1/os-hosts", 201, json={"name": "c2", "rack": 7, "cpu_info": "{}"})
+    call("POST", "/v1/os-hosts", 409, json={"name": "c1"})
+    call("POST", "/v1/os-hosts", 400, json={"name": "c3", "vcpus": -1})
+    host_id = gpu.json()["host"]["id"]
+    call("GET", "/v1/os-hosts", 200)
+    call("GET", "/v1/os-hosts", 403, headers=MEMBER)
+    call("GET", "/v1/os-hosts", 401, headers={"X-User-Id": "alice"})
+    call("GET", "/v1/os-hosts/{host_id}", 200, at={"host_id": host_id})
+    call("GET", "/v1/os-hosts/{host_id}", 404, at={"host_id": "99"})
+    call("PUT", "/v1/os-hosts/{host_id}", 200, json={"rack": "r1"}, at={"host_id": host_id})
+    call("GET", "/v1/os-hosts/properties", 200)
+    call("GET", "/v1/os-hosts/properties", 200, params={"detail": "True", "all": "True"})
+    call("PATCH", "/v1/os-hosts/properties/{name}", 200, json={"private": True}, at={"name": "gpu"})
+    call("PATCH", "/v1/os-hosts/properties/{name}", 404, json={"private": True}, at={"name": "x"})
+
+    created = call("POST", "/v1/leases", 201, json=lease).json()["lease"]
+    other = call(
+        "POST",
+        "/v1/leases",
+        201,
+        json={
+            **lease,
+            "name": "l2",
+            "start_date": "2032-01-01 10:00",
+            "end_date": "2032-01-02 10:00",
+        },
+    ).json()["lease"]
+    call("POST", "/v1/leases", 409, json=lease)
+    call("POST", "/v1/leases", 400, json={**lease, "end_date": "tomorrow"})
+    call("POST", "/v1/leases", 413, content=b" " * (load_settings(env={}).max_body_bytes + 1))
+    call("GET", "/v1/leases", 200)
+    call("GET", "/v1/leases", 200, headers=MEMBER)
+    call("GET", "/v1/leases/{lease_id}", 200, at={"lease_id": created["id"]})
+    call("GET", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]}, headers=MEMBER)
+    call("PUT", "/v1/leases/{lease_id}", 200, json={"name": "l1b"}, at={"lease_id": created["id"]})
+    call("GET", "/v1/os-hosts/allocations", 200)
+    call("GET", "/v1/os-hosts/{host_id}/allocation", 200, at={"host_id": host_id})
+    call("POST", "/v1/leases/{lease_id}/retry", 409, at={"lease_id": created["id"]})
+    call("POST", "/v1/leases/{lease_id}/force-end", 200, at={"lease_id": other["id"]})
+    call("GET", "/v1/audit", 200)
+    call("DELETE", "/v1/os-hosts/{host_id}", 409, at={"host_id": host_id})
+    call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
+    call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})
+    call("DELETE", "/v1/os-hosts/{host_id}", 204, at={"host_id": plain.json()["host"]["id"]})

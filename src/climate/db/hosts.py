@@ -162,10 +162,14 @@ def replace_allocations(
     host_ids: Iterable[int],
     start: dt.datetime,
     end: dt.datetime,
+    *,
+    fresh: bool = False,
 ) -> list[HostAllocation]:
-    """Give the reservation exactly ``host_ids`` over [start, end); returns the new rows as
-    objects outside the session (two Core statements: no flush, no reload)."""
-    session.execute(_DROP_ALLOCATIONS, {"reservation_id": reservation_id})
+    """Give the reservation exactly ``host_ids`` over [start, end) (``fresh``: it holds none
+    yet); returns the new rows as objects outside the session (Core statements: no flush, no
+    reload)."""
+    if not fresh:
+        session.execute(_DROP_ALLOCATIONS, {"reservation_id": reservation_id})
     rows = [
         {
             "id": new_id(),

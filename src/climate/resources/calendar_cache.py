@@ -106,12 +106,14 @@ class CalendarCache:
         host_ids: Sequence[int],
         start: dt.datetime,
         end: dt.datetime,
+        *,
+        fresh: bool = False,
     ) -> list[HostAllocation]:
         """Give ``reservation_id`` exactly ``host_ids`` over [start, end), in the database and
-        here; returns the new allocations."""
+        here (``fresh``: it holds nothing yet); returns the new allocations."""
         self.sync(session)
         rows = host_rows.replace_allocations(
-            session, reservation_id, lease_id, host_ids, start, end
+            session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
         )
         new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
         self._swap(session, reservation_id, new)

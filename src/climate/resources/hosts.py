@@ -140,6 +140,7 @@ class PhysicalHostType(ResourceType):
             held=held,
             must_keep=held if active else frozenset(),
         )
+        vacated = not held
         try:
             chosen = choose_hosts(demand, calendars)
         except NotEnoughCapacity:
@@ -151,12 +152,13 @@ class PhysicalHostType(ResourceType):
                 # Moves may hand this reservation's old hosts to others: give them up first, as
                 # the planner already assumes (PostgreSQL checks overlaps statement by statement).
                 self.calendar.replace(session, reservation.id, reservation.lease_id, [], start, end)
+                vacated = True
             if not self._repack(session, reservation, demand, matching, now, busy):
                 raise
             calendars = self.calendar.view(session, matching, start, end, [reservation.id])
             chosen = choose_hosts(demand, calendars)
         allocations = self.calendar.replace(
-            session, reservation.id, reservation.lease_id, chosen, start, end
+            session, reservation.id, reservation.lease_id, chosen, start, end, fresh=vacated
         )
         # The reservation may not be in the session (a new lease is written with Core inserts).
         set_committed_value(reservation, "allocations", allocations)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
+from bench.availability import availability_targets, print_availability, run_availability
 from bench.growth import print_growth, run_growth
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
@@ -30,7 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument(
         "--scenario",
-        choices=["create", "events", "scale", "quality", "throughput", "growth", "all"],
+        choices=[
+            "create",
+            "events",
+            "scale",
+            "quality",
+            "throughput",
+            "growth",
+            "availability",
+            "all",
+        ],
         default="all",
     )
     p.add_argument(
@@ -356,13 +366,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_quality(quality)
         targets += quality_targets(quality)
         results["scenarios"]["quality"] = quality
+    if args.scenario in ("availability", "all"):
+        availability = run_availability()
+        print_availability(availability)
+        targets += availability_targets(availability)
+        results["scenarios"]["availability"] = availability
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)
         results["scenarios"]["growth"] = growth
     if targets:
         print()
-        print("targets (issue 3)")
+        print("targets")
         print(table(["target", "measured", "goal", "verdict", "note"], [t.row() for t in targets]))
         results["targets"] = [t.as_dict() for t in targets]
 

@@ -207,6 +207,14 @@ def call_every_operation(call: Conformance) -> None:
     call("POST", "/v1/leases/{lease_id}/retry", 409, at={"lease_id": created["id"]})
     call("POST", "/v1/leases/{lease_id}/force-end", 200, at={"lease_id": other["id"]})
     call("GET", "/v1/audit", 200)
+    window = {"search_start": "2031-01-01 00:00", "search_end": "2031-01-03 00:00"}
+    ask = {"reservations": [reservation], "duration": "01:00", **window}
+    call("POST", "/v1/availability", 200, json=ask)
+    call("POST", "/v1/availability", 200, json=ask, headers=MEMBER)
+    call("POST", "/v1/availability", 400, json={**ask, "limit": 0})
+    timeline = {"start": window["search_start"], "end": window["search_end"]}
+    call("GET", "/v1/availability/timeline", 200, params=timeline)
+    call("GET", "/v1/availability/timeline", 400, params={"end": "soon"})
     call("DELETE", "/v1/os-hosts/{host_id}", 409, at={"host_id": host_id})
     call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
     call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})

@@ -42,6 +42,7 @@ class Settings:
     fault_seed: int = 0
     max_body_bytes: int = 1_048_576
     max_page_size: int = 1000
+    availability_max_days: int = 400
     policy_file: str = ""
     max_wait_seconds: float = 30.0
 

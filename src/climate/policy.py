@@ -51,6 +51,7 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "blazar:oshosts:get_resource_properties": "@",
         "blazar:oshosts:update_resource_properties": "rule:admin",
         "climate:audit:get": "rule:admin",
+        "climate:availability:get": "@",
         "climate:leases:retry": "rule:admin",
         "climate:leases:force_end": "rule:admin",
     }

@@ -12,11 +12,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from climate import __version__
-from climate.api import audit, hosts, leases, openapi, operations
+from climate.api import audit, availability, hosts, leases, openapi, operations
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.errors import ClimateError
 from climate.services.audit import AuditService
+from climate.services.availability import AvailabilityService
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
@@ -86,6 +87,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         hosts=HostService(ctx),
         tokens=tokens,
         audit=AuditService(ctx),
+        availability=AvailabilityService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
@@ -93,6 +95,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(hosts.router)
     app.include_router(audit.router)
     app.include_router(operations.router)
+    app.include_router(availability.router)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)

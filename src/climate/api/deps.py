@@ -12,6 +12,7 @@ from climate.api.auth import Authenticator
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, PayloadTooLarge
 from climate.services.audit import AuditService
+from climate.services.availability import AvailabilityService
 from climate.services.context import Page
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
@@ -24,6 +25,7 @@ class Services:
     hosts: HostService
     tokens: TokenService
     audit: AuditService
+    availability: AvailabilityService
     max_body_bytes: int
 
 

@@ -19,6 +19,7 @@ from starlette.routing import compile_path
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import EventStatus, EventType, LeaseStatus, ReservationStatus
 from climate.resources.hosts import PhysicalHostType
+from climate.services.availability import MAX_STEP, MAX_WINDOWS
 from climate.services.hosts import INT_COLUMNS, MAX_INT, READ_ONLY, TEXT_COLUMNS
 
 JsonSchema = dict[str, Any]
@@ -380,6 +381,99 @@ SCHEMAS: dict[str, JsonSchema] = {
             "detail": {"description": "what changed, as JSON (null when nothing more to say)"},
         }
     ),
+    "AvailabilitySearch": {
+        "type": "object",
+        "properties": {
+            "reservations": {"type": "array", "minItems": 1, "items": _ref("ReservationCreate")},
+            "duration": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1},
+                    {"type": "string", "pattern": r"^\s*([0-9]{1,18}|[0-9]{1,6}:[0-5][0-9])\s*$"},
+                ],
+                "description": "seconds, or 'HH:MM'",
+            },
+            "search_start": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
+            "search_end": REQUEST_DATE,
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_WINDOWS, "default": 3},
+            "step": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_STEP,
+                "default": 60,
+                "description": "window starts are multiples of this many seconds",
+            },
+        },
+        "required": ["reservations", "duration", "search_end"],
+        "additionalProperties": False,
+        "examples": [
+            {
+                "reservations": [
+                    {
+                        "resource_type": "physical:host",
+                        "min": 8,
+                        "max": 8,
+                        "resource_properties": '["==", "$gpu", "a100"]',
+                    }
+                ],
+                "duration": "48:00",
+                "search_start": "now",
+                "search_end": "2031-06-30 00:00",
+            }
+        ],
+    },
+    "AvailabilityWindow": _record(
+        {
+            "start_date": LEASE_DATE_STRING,
+            "end_date": LEASE_DATE_STRING,
+            "reservations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "resource_type": {"type": "string", "const": PhysicalHostType.name},
+                        "min": {"type": "integer", "minimum": 1},
+                        "max": {"type": "integer", "minimum": 1},
+                        "available": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "matching hosts free for the whole window",
+                        },
+                        "hosts": {
+                            "type": "array",
+                            "items": {"type": "string", "pattern": "^[0-9]+$"},
+                            "description": "the host ids admission would grant now",
+                        },
+                        "host_names": {
+                            "type": "array",
+                            "items": STRING,
+                            "description": "only to callers that may list hosts",
+                        },
+                    },
+                    "required": ["resource_type", "min", "max", "available", "hosts"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ),
+    "CapacityTimeline": _record(
+        {
+            "start_date": LEASE_DATE_STRING,
+            "end_date": LEASE_DATE_STRING,
+            "bucket": {"type": "integer", "minimum": 1, "description": "seconds"},
+            "hosts": {"type": "integer", "minimum": 0, "description": "hosts matching"},
+            "buckets": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "start_date": LEASE_DATE_STRING,
+                        "free": {"type": "integer", "minimum": 0},
+                        "busy": {"type": "integer", "minimum": 0},
+                        "partly_busy": {"type": "integer", "minimum": 0},
+                    }
+                ),
+            },
+        }
+    ),
     "ResourceProperty": _record(
         {
             "id": {"type": "string", "format": "uuid"},
@@ -403,6 +497,8 @@ _ANSWERS: dict[str, JsonSchema] = {
     "property": _wrapped("resource_property", _ref("ResourceProperty")),
     "versions": _ref("Versions"),
     "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
+    "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
+    "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
 }
 
 
@@ -493,6 +589,8 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
+    ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
+    ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
 }
 
 

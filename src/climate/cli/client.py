@@ -1,4 +1,4 @@
-"""``climate host ...`` and ``climate lease ...``: friendly commands over the HTTP API."""
+"""``climate host / lease / availability / audit ...``: friendly commands over the HTTP API."""
 
 from __future__ import annotations
 
@@ -147,6 +147,54 @@ def lease_command(args: argparse.Namespace) -> None:
         _show_lease(args, api.call("POST", f"/leases/{args.lease}/force-end", body)["lease"])
 
 
+def availability_command(args: argparse.Namespace) -> None:
+    api = ApiClient(args.url, args.token, args.project, args.roles)
+    if args.action == "search":
+        reservation = {
+            "resource_type": "physical:host",
+            "min": args.min,
+            "max": args.max if args.max is not None else args.min,
+            "hypervisor_properties": "",
+            "resource_properties": args.properties or "",
+        }
+        body = {
+            "reservations": [reservation],
+            "duration": args.duration,
+            "search_start": args.start,
+            "search_end": args.end,
+            "limit": args.limit,
+        }
+        windows = api.call("POST", "/availability", body)["windows"]
+        if args.json:
+            print(render_json(windows))
+            return
+        rows = [
+            {
+                "start_date": w["start_date"],
+                "end_date": w["end_date"],
+                "free": w["reservations"][0]["available"],
+                "hosts": ",".join(
+                    w["reservations"][0].get("host_names") or w["reservations"][0]["hosts"]
+                ),
+            }
+            for w in windows
+        ]
+        print(table(rows, ["start_date", "end_date", "free", "hosts"]))
+    elif args.action == "timeline":
+        query = {
+            "start": args.start,
+            "end": args.end,
+            "bucket": args.bucket,
+            "resource_properties": args.properties or "",
+        }
+        found = api.call("GET", "/availability/timeline?" + urlencode(query))["timeline"]
+        if args.json:
+            print(render_json(found))
+            return
+        print(f"{found['hosts']} matching host(s), buckets of {found['bucket']} s")
+        print(table(found["buckets"], ["start_date", "free", "partly_busy", "busy"]))
+
+
 def audit_command(args: argparse.Namespace) -> None:
     api = ApiClient(args.url, args.token, args.project, args.roles)
     filters = {
@@ -215,6 +263,25 @@ def register(sub: Any) -> None:
     )
     add_client_options(p)
     lease.set_defaults(func=lease_command)
+
+    availability = sub.add_parser("availability", help="when hosts are free")
+    availability_actions = availability.add_subparsers(dest="action", required=True)
+    p = availability_actions.add_parser("search", help="the earliest windows a lease would fit")
+    p.add_argument("--duration", required=True, help="'HH:MM' or seconds")
+    p.add_argument("--start", default="now", help="search from ('now' or a date)")
+    p.add_argument("--end", required=True, help="windows end by this date")
+    p.add_argument("--min", type=int, default=1, help="hosts wanted at least")
+    p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
+    p.add_argument("--properties", help="resource_properties query")
+    p.add_argument("--limit", type=int, default=3, help="windows wanted (at most 20)")
+    add_client_options(p)
+    p = availability_actions.add_parser("timeline", help="free hosts per bucket of time")
+    p.add_argument("--start", default="now")
+    p.add_argument("--end", required=True)
+    p.add_argument("--bucket", type=int, default=3600, help="seconds per bucket")
+    p.add_argument("--properties", help="resource_properties query")
+    add_client_options(p)
+    availability.set_defaults(func=availability_command)
 
     audit = sub.add_parser("audit", help="read the audit log (admin)")
     audit_actions = audit.add_subparsers(dest="action", required=True)

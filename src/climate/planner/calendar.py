@@ -312,6 +312,20 @@ class Calendar:
 
         return HostsView(hosts.ids, hosts.names, free, fit_us, last_end, detail)
 
+    def spans_of(
+        self, hosts: HostSet, start: float, end: float
+    ) -> tuple[IntArray, FloatArray, FloatArray]:
+        """The spans of ``hosts`` overlapping [start, end) as three arrays: the host's position
+        in ``hosts``, start, end; ordered by position, then start (read-only)."""
+        slots = self._slots_of(hosts)
+        count = self._count[slots]
+        position = np.repeat(np.arange(len(slots), dtype=np.int64), count)
+        first = np.cumsum(count) - count
+        at = self._offset[slots][position] + np.arange(len(position)) - first[position]
+        starts, ends = self._starts[at], self._ends[at]
+        keep = (starts < end) & (ends > start)
+        return position[keep], starts[keep], ends[keep]
+
     def _slots_of(self, hosts: HostSet) -> IntArray:
         """The slot of each host (0 for hosts without spans); remembered by ``hosts`` until a
         host gets its first span."""

@@ -9,13 +9,15 @@ back. Changes made in a transaction are applied at once and undone if it rolls b
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
+from climate.db import leases as lease_rows
 from climate.db.tables import HostAllocation
 from climate.planner.calendar import Calendar, HostSet, Span, seconds
 from climate.planner.hosts import HostsView
@@ -46,17 +48,38 @@ class CalendarCache:
             if self._version is None:
                 self._reload(session)
             elif self._version < ours - 1:
-                changed = host_rows.changes_since(session, self._version)
-                if changed is None:
-                    self._reload(session)
-                else:
-                    for owner in changed:
-                        self._calendar.drop_owner(owner)
-                    for row in host_rows.spans_of(session, changed):
-                        self._calendar.add(_span(row))
+                self._catch_up(session, self._version)
             self._version = ours - 1
         session.info[SYNCED] = True
         self._on(session, "on_commit", lambda: self._set_version(ours))
+
+    @contextlib.contextmanager
+    def reading(self, session: Session) -> Iterator[Calendar]:
+        """The calendar, brought up to at least the last admission committed before ``session``
+        read the lock's version, and held still while the caller reads it (an admission of this
+        process waits to change it). Takes no admission lock: for searches in a reader session.
+        It may include an admission of this process that has not committed yet."""
+        committed = lease_rows.admission_version(session)
+        with self._guard:
+            if self._version is None:
+                self._reload(session)
+                self._version = committed
+            elif self._version < committed:
+                # No admission of this process is under way after its sync: it would hold the
+                # lock, so nothing newer than what it synced to could have committed.
+                self._catch_up(session, self._version)
+                self._version = committed
+            yield self._calendar
+
+    def _catch_up(self, session: Session, version: int) -> None:
+        changed = host_rows.changes_since(session, version)
+        if changed is None:
+            self._reload(session)
+            return
+        for owner in changed:
+            self._calendar.drop_owner(owner)
+        for row in host_rows.spans_of(session, changed):
+            self._calendar.add(_span(row))
 
     def _reload(self, session: Session) -> None:
         since = dt.datetime.now(dt.UTC) - HISTORY

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -15,6 +16,13 @@ from climate.db import hosts as host_rows
 from climate.db import repacking
 from climate.db.tables import Reservation
 from climate.errors import InvalidInput, NotEnoughCapacity
+from climate.planner.availability import (
+    HostPlacer,
+    HostRequest,
+    SearchRange,
+    Timeline,
+    timeline,
+)
 from climate.planner.calendar import HostSet, moment
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
@@ -216,3 +224,40 @@ class PhysicalHostType(ResourceType):
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
         return [str(a.host_id) for a in reservation.allocations]
+
+    @contextlib.contextmanager
+    def searching(
+        self,
+        session: Session,
+        reservations: Sequence[tuple[int, Mapping[str, Any]]],
+        search: SearchRange,
+    ) -> Iterator[HostPlacer]:
+        """An availability search for validated reservations (position in the request,
+        parameters), over the calendar as committed, held still until the search is done."""
+        requests = [
+            HostRequest(
+                index,
+                self.inventory.matching(
+                    session, params["hypervisor_properties"], params["resource_properties"]
+                ),
+                params["min"],
+                params["max"],
+            )
+            for index, params in reservations
+        ]
+        with self.calendar.reading(session) as calendar:
+            yield HostPlacer(calendar, requests, search)
+
+    def timeline(
+        self,
+        session: Session,
+        hypervisor_properties: str,
+        resource_properties: str,
+        start: int,
+        bucket: int,
+        count: int,
+    ) -> Timeline:
+        """How many matching hosts are free, busy or partly busy per bucket (seconds)."""
+        matching = self.inventory.matching(session, hypervisor_properties, resource_properties)
+        with self.calendar.reading(session) as calendar:
+            return timeline(calendar, matching, start, bucket, count)

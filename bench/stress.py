@@ -37,6 +37,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LEASE_DATE = "%Y-%m-%dT%H:%M:%S.%f"
 MAX_ATTEMPTS = 3
 """``event_max_attempts`` of the processes (the default)."""
+KEEPALIVE_SECONDS = 2.0
+"""How long a client keeps an idle connection."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class StressConfig:
     think_ms: float = 20.0
     settle_timeout: float = 180.0
     seed: int = 42
+    keep_logs: bool = False
+    """Keep the processes' logs even when every check passed."""
     pg_admin_url: str = DEFAULT_PG_ADMIN_URL
 
 
@@ -188,14 +192,19 @@ class Tally:
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     statuses: Counter[str] = field(default_factory=Counter)
     rejects: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
+    """Requests that got no answer, by exception."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, status: int, seconds: float, reason: str | None) -> None:
+        """``reason``: a 409's reason, or why there was no answer (status 0)."""
         with self.lock:
             self.latencies[kind].append(seconds * 1000.0)
             self.statuses[f"{kind} {status}"] += 1
             if status == 409 and reason is not None:
                 self.rejects[reason] += 1
+            if status == 0 and reason is not None:
+                self.failures[reason] += 1
 
 
 _IDS = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -245,7 +254,10 @@ class Client(threading.Thread):
         self.made = 0
 
     def run(self) -> None:
-        with httpx.Client(timeout=60) as http:
+        # Idle connections are dropped before the server's keep-alive (uvicorn: 5 s) ends them:
+        # at the same expiry a request can go out on a connection the server is just closing.
+        limits = httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)
+        with httpx.Client(timeout=60, limits=limits) as http:
             self.http = http
             while not self.stop.is_set():
                 action = self.random.choices(
@@ -260,8 +272,8 @@ class Client(threading.Thread):
         began = time.perf_counter()
         try:
             response = self.http.request(method, url, json=body)
-        except httpx.HTTPError:
-            self.tally.add(kind, 0, time.perf_counter() - began, None)  # status 0: no answer
+        except httpx.HTTPError as exc:  # status 0: no answer
+            self.tally.add(kind, 0, time.perf_counter() - began, f"{type(exc).__name__}: {exc}")
             return None
         reason = _reason(response.text) if response.status_code == 409 else None
         self.tally.add(kind, response.status_code, time.perf_counter() - began, reason)
@@ -455,7 +467,11 @@ def _check(db: Database, tally: Tally, left: int) -> list[Check]:
             f"{doubles} overlapping pair(s)",
         ),
         Check("5xx responses", "PASS" if errors_5xx == 0 else "FAIL", f"{errors_5xx}"),
-        Check("transport errors", "PASS" if transport == 0 else "FAIL", f"{transport}"),
+        Check(
+            "transport errors",
+            "PASS" if transport == 0 else "FAIL",
+            "; ".join([str(transport), *(f"{n} x {why}" for why, n in tally.failures.items())]),
+        ),
         Check(
             "every due event settled",
             "PASS" if left == 0 else "FAIL",
@@ -494,7 +510,7 @@ def run_stress(config: StressConfig, log: Any = print) -> StressResult:
     processes' logs are kept when a check failed."""
     logs = Path(tempfile.mkdtemp(prefix="climate-stress-"))
     result = _run(config, logs, log)
-    if result.passed:
+    if result.passed and not config.keep_logs:
         shutil.rmtree(logs, ignore_errors=True)
     else:
         log(f"  process logs kept in {logs}")
@@ -611,6 +627,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--longest", type=float, default=90.0, help="longest lease, in s")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--keep-logs", action="store_true", help="keep the process logs on PASS too")
     p.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
     return p
 
@@ -629,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         start_within=args.start_within,
         longest=args.longest,
         seed=args.seed,
+        keep_logs=args.keep_logs,
         pg_admin_url=args.pg_admin_url,
     )
     result = run_stress(config)

@@ -34,7 +34,8 @@ T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
 TABLES = (
     "allocation_changes, host_allocations, assignments, outbox, events, reservations, leases, "
     "host_properties, "
-    "hosts, resource_properties, api_tokens, audit_log"
+    "hosts, resource_properties, api_tokens, audit_log, item_allocations, item_properties, items, "
+    "volume_allocations, volume_pool_properties, volume_pools, instance_allocations"
 )
 
 ADMIN = Actor("admin-user", "admin-project", frozenset({"admin"}))

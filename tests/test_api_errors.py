@@ -234,7 +234,7 @@ BAD_LEASES: list[tuple[str, Mutation, str]] = [
     ("events-given", _set(events=[{"event_type": "start_lease"}]), "events"),
     (
         "unknown-resource-type",
-        _set_reservation(resource_type="virtual:instance"),
+        _set_reservation(resource_type="virtual:teleporter"),
         "reservations[0].resource_type",
     ),
     (
@@ -627,7 +627,7 @@ def test_update_that_does_not_fit_is_409_and_changes_nothing(live: LiveServer) -
             {"reservations": [{"id": "nope", "min": 1}]}, 400, "reservations[0].id", id="bad-id"
         ),
         pytest.param(
-            {"reservations": [{"resource_type": "virtual:instance"}]},
+            {"reservations": [{"resource_type": "virtual:teleporter"}]},
             400,
             "reservations[0].resource_type",
             id="resource-type-changed",

@@ -436,3 +436,62 @@ def test_cli_smoke_on_each_database(live: LiveServer) -> None:
     assert "Deleted lease: smoke" in blazar.ok("lease-delete", "smoke")
     with httpx.Client(base_url=live.url, timeout=10, trust_env=False) as api:
         assert api.get("/v1/leases").json()["leases"] == []
+
+
+def test_floating_ip_commands_and_reservation(blazar: Blazar, api: httpx.Client) -> None:
+    network = "1e17587e-a7ed-4b82-a17b-4beb32523e28"
+    created = blazar.json("floatingip-create", network, "172.24.4.101")
+    assert (created["floating_network_id"], created["floating_ip_address"]) == (
+        network,
+        "172.24.4.101",
+    )
+    blazar.ok("floatingip-create", network, "172.24.4.102")
+    listed = blazar.json("floatingip-list")
+    assert sorted(f["floating_ip_address"] for f in listed) == ["172.24.4.101", "172.24.4.102"]
+    assert blazar.json("floatingip-show", created["id"])["id"] == created["id"]
+
+    end = cli_date(minute(dt.timedelta(days=1)))
+    reservation = (
+        f"resource_type=virtual:floatingip,network_id={network},amount=1,"
+        'required_floatingips=["172.24.4.102"]'
+    )
+    blazar.ok("lease-create", "--reservation", reservation, "--end-date", end, "ips")
+    (shown,) = lease_shown(blazar, "ips")["reservations"]
+    assert shown["resource_type"] == "virtual:floatingip"
+    assert (shown["network_id"], shown["amount"]) == (network, 1)
+    assert shown["required_floatingips"] == ["172.24.4.102"]
+    (allocation,) = shown["allocations"]
+    second = next(f for f in listed if f["floating_ip_address"] == "172.24.4.102")
+    assert allocation["resource_id"] == second["id"]
+
+    refused = blazar.fails("lease-create", "--reservation", reservation, "--end-date", end, "again")
+    assert "ERROR:" in refused and "172.24.4.102 not free" in refused
+    held = blazar.fails("floatingip-delete", second["id"])
+    assert "current or future allocations" in held
+    blazar.ok("floatingip-delete", created["id"])
+
+
+def test_instance_reservation(blazar: Blazar, api: httpx.Client) -> None:
+    first = add_host(api, "compute-1", vcpus="8", memory_mb="8192", local_gb="100")
+    second = add_host(api, "compute-2", vcpus="8", memory_mb="8192", local_gb="100")
+    end = cli_date(minute(dt.timedelta(days=1)))
+    reservation = (
+        "resource_type=virtual:instance,amount=2,vcpus=2,memory_mb=2048,disk_gb=20,affinity=False"
+    )
+    blazar.ok("lease-create", "--reservation", reservation, "--end-date", end, "vms")
+    (shown,) = lease_shown(blazar, "vms")["reservations"]
+    assert shown["resource_type"] == "virtual:instance"
+    assert (shown["amount"], shown["vcpus"], shown["memory_mb"], shown["disk_gb"]) == (
+        2,
+        2,
+        2048,
+        20,
+    )
+    assert shown["affinity"] is False
+    assert shown["flavor_id"] == shown["id"]
+    assert sorted(h["host_id"] for h in shown["hosts"]) == sorted([first, second])
+    assert [a["count"] for a in shown["allocations"]] == [1, 1]
+
+    too_big = reservation.replace("vcpus=2", "vcpus=64")
+    refused = blazar.fails("lease-create", "--reservation", too_big, "--end-date", end, "big")
+    assert "vcpus: no host has 64 vCPUs" in refused

@@ -3,17 +3,35 @@ fires twice."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
+import threading
 import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
-from climate.db.engine import Database
-from tests.conftest import _reset_pg
+from climate.backends.base import Handover, Outcome
+from climate.backends.standalone import StandaloneBackend
+from climate.config import Settings
+from climate.db import leases as lease_rows
+from climate.db.engine import ADMISSION_LOCK, Database
+from climate.db.leases import DueEvent
+from climate.db.tables import Assignment, Lease
+from climate.domain.clock import ManualClock
+from climate.errors import Conflict, NotEnoughCapacity
+from climate.manager.service import Manager
+from climate.runtime import build_context
+from climate.services.context import ServiceContext
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseChanges, LeaseService
+from tests.conftest import ADMIN, ALICE, BOB, T0, _reset_pg
+from tests.helpers import add_hosts, host_request, hosts_of
 from tests.processes import Process, start_api, start_manager
 
 HOSTS = 20
@@ -146,3 +164,217 @@ def test_no_double_booking_with_two_apis_and_two_managers_on_postgresql(pg_url: 
         logs = [p.stop() for p in processes]
         db.dispose()
     assert not any("Traceback" in log for log in logs), logs
+
+
+# -- an API change racing a manager that starts the same lease (PostgreSQL: real row locks) ------
+
+HOUR = dt.timedelta(hours=1)
+TWO_HOURS = 2 * HOUR
+MINUTE = dt.timedelta(minutes=1)
+
+
+@pytest.fixture
+def pg_ctx(pg_url: str, settings: Settings, clock: ManualClock) -> Iterator[ServiceContext]:
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    yield build_context(settings, db, clock)
+    db.dispose()
+
+
+class Gated(StandaloneBackend):
+    """A cloud whose start calls wait until the test lets them through."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def start_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
+        self.entered.set()
+        assert self.go.wait(10)
+        return [None] * len(items)
+
+
+def _wait_for_a_lock_wait(db: Database) -> None:
+    """Until some transaction of this database waits for a row lock."""
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with db.reader() as session:
+            if session.execute(query).scalar_one():
+                return
+        time.sleep(0.02)
+    raise AssertionError("nothing ever waited for a lock")
+
+
+def _ended_cleanly(ctx: ServiceContext, lease_id: str) -> None:
+    """The lease started, then ended through the backend: every event ran, the host is back."""
+    with ctx.db.reader() as session:
+        lease = session.get(Lease, lease_id)
+        assert lease is not None
+        assert lease.status == "TERMINATED"
+        assert {e.event_type: e.status for e in lease.events} == {
+            "start_lease": "DONE",
+            "end_lease": "DONE",
+        }
+        held = session.scalars(select(Assignment).where(Assignment.lease_id == lease_id)).all()
+        assert [a.released_at is not None for a in held] == [True]
+
+
+@contextlib.contextmanager
+def _claiming_the_start(ctx: ServiceContext, manager: Manager) -> Iterator[list[DueEvent]]:
+    """What ``Manager._claim`` does, committed only when the block ends."""
+    with ctx.db.transaction() as session:
+        now = ctx.clock.now()
+        due = lease_rows.due_events(session, now, 10)
+        assert [e.event_type for e in due] == ["start_lease"]
+        lease_rows.claim(session, [due[0].id], manager.name, now, now + dt.timedelta(minutes=1))
+        yield due
+
+
+def test_deleting_a_lease_while_a_manager_claims_its_start_still_ends_it(
+    pg_ctx: ServiceContext, clock: ManualClock
+) -> None:
+    """Found by the stress harness: the delete read the lease PENDING, a manager claimed the
+    start, the delete dropped the end event and the manager wrote ACTIVE: a lease for ever."""
+    add_hosts(HostService(pg_ctx), 1)
+    leases = LeaseService(pg_ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + TWO_HOURS))
+    clock.advance(MINUTE)  # the manager is a little late: the host is held until the delete
+    manager = Manager(pg_ctx, StandaloneBackend())
+    with ThreadPoolExecutor(1) as pool:
+        with _claiming_the_start(pg_ctx, manager) as due:
+            deleting = pool.submit(leases.delete, ALICE, lease.id)
+            _wait_for_a_lock_wait(pg_ctx.db)  # the delete waits for the claim to commit
+        deleting.result(timeout=30)
+    manager._execute(due)
+    manager.run_due()  # the end, moved to the deletion time, follows the start
+    _ended_cleanly(pg_ctx, lease.id)
+
+
+def test_deleting_a_lease_while_its_planned_start_runs_waits_for_it_without_deadlock(
+    pg_ctx: ServiceContext, clock: ManualClock
+) -> None:
+    """The planned path holds the start's row while the backend works, then writes the lease:
+    a delete that wrote the lease first and then waited for the events deadlocked with it."""
+    add_hosts(HostService(pg_ctx), 1)
+    leases = LeaseService(pg_ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + TWO_HOURS))
+    clock.advance(MINUTE)
+    backend = Gated()
+    manager = Manager(pg_ctx, backend)
+    assert manager.prepare() == 1
+    with ThreadPoolExecutor(2) as pool:
+        starting = pool.submit(manager.run_due)
+        assert backend.entered.wait(10)
+        deleting = pool.submit(leases.delete, ALICE, lease.id)
+        _wait_for_a_lock_wait(pg_ctx.db)
+        backend.go.set()
+        assert starting.result(timeout=30) >= 1
+        deleting.result(timeout=30)
+    manager.run_due()
+    _ended_cleanly(pg_ctx, lease.id)
+
+
+def test_a_lease_whose_start_a_manager_claimed_cannot_be_moved_to_a_later_start(
+    pg_ctx: ServiceContext,
+) -> None:
+    """The lease still shows PENDING while its start runs; moving it would leave it ACTIVE on
+    hosts allocated for another window."""
+    add_hosts(HostService(pg_ctx), 2)
+    leases = LeaseService(pg_ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + TWO_HOURS))
+    later = LeaseChanges(start=T0 + dt.timedelta(hours=1), end=T0 + 2 * TWO_HOURS)
+    manager = Manager(pg_ctx, StandaloneBackend())
+    with ThreadPoolExecutor(1) as pool:
+        with _claiming_the_start(pg_ctx, manager) as due:
+            moving = pool.submit(leases.update, ALICE, lease.id, later)
+            _wait_for_a_lock_wait(pg_ctx.db)
+        with pytest.raises(Conflict, match="start_date: lease .* has already started"):
+            moving.result(timeout=30)
+    manager._execute(due)
+    shown = leases.get(ALICE, lease.id)
+    assert (shown.status, shown.start_date, shown.end_date) == ("ACTIVE", T0, T0 + TWO_HOURS)
+    assert hosts_of(shown) == hosts_of(lease)
+
+
+def test_a_lease_whose_start_a_manager_is_running_is_not_moved_to_admit_another(
+    pg_url: str, settings: Settings, clock: ManualClock
+) -> None:
+    """Late binding moves pending leases; one that still shows PENDING while a manager hands
+    out its hosts must stay where it is, or it runs on hosts another lease is then given."""
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    api = build_context(settings, db, clock)
+    manager_clock = ManualClock(T0 + TWO_HOURS)
+    backend = Gated()
+    manager = Manager(build_context(settings, db, manager_clock), backend)
+    hosts, leases = HostService(api), LeaseService(api)
+    one = hosts.create(ADMIN, "compute-z1", {"zone": "z1"}).id
+    hosts.create(ADMIN, "compute-z2", {"zone": "z2"})
+    a = leases.create(ALICE, host_request("a", T0 + TWO_HOURS, T0 + 3 * TWO_HOURS))
+    in_z2 = '["==", "$zone", "z2"]'
+    leases.create(BOB, host_request("b", T0 + 8 * HOUR, T0 + 12 * HOUR, resource_properties=in_z2))
+    assert hosts_of(a) == {one}
+    # Only a's host is in z1; a could move to host 2, but its start is due and being run. The
+    # API's clock is a second behind: its request began just before the start was due.
+    clock.set(T0 + TWO_HOURS - dt.timedelta(seconds=1))
+    assert manager.prepare() == 1
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            starting = pool.submit(manager.run_due)
+            try:
+                assert backend.entered.wait(10)
+                with pytest.raises(NotEnoughCapacity):
+                    leases.create(
+                        ALICE,
+                        host_request(
+                            "c",
+                            T0 + 4 * HOUR,
+                            T0 + 10 * HOUR,
+                            resource_properties='["==", "$zone", "z1"]',
+                        ),
+                    )
+            finally:
+                backend.go.set()
+            assert starting.result(timeout=30) == 1
+        shown = leases.get(ALICE, a.id)
+        assert shown.status == "ACTIVE"
+        assert hosts_of(shown) == {one}
+        with db.reader() as session:
+            handed = session.scalars(
+                select(Assignment.resource_id).where(Assignment.lease_id == a.id)
+            ).all()
+        assert handed == [str(one)]
+    finally:
+        db.dispose()
+
+
+def test_a_refused_admission_undoes_its_cache_changes_before_it_lets_the_next_one_in(
+    pg_url: str,
+) -> None:
+    """Found by the stress harness: the in-memory calendar was put back after the rollback had
+    released the admission lock, so the next admission of the process could read the refused
+    one's allocations (and miss those it had replaced): a host offered twice, a 500."""
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    seen: list[str] = []
+
+    def undo() -> None:
+        with psycopg.connect(pg_url) as other:
+            other.execute("SET lock_timeout = '200ms'")
+            try:
+                other.execute("UPDATE locks SET version = version + 1 WHERE name = 'admission'")
+                seen.append("another admission got in")
+            except psycopg.errors.LockNotAvailable:
+                seen.append("still held")
+
+    try:
+        with pytest.raises(NotEnoughCapacity), db.transaction(lock=ADMISSION_LOCK) as session:
+            session.info.setdefault("on_rollback", []).append(undo)
+            raise NotEnoughCapacity("refused")
+    finally:
+        db.dispose()
+    assert seen == ["still held"]

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from climate.db import migrate
 from climate.db.engine import Database
-from climate.db.tables import Base, Host, HostAllocation, Lease, Reservation
+from climate.db.tables import Base, Host, HostAllocation, Item, ItemAllocation, Lease, Reservation
 
 
 def test_migrated_schema_matches_the_models(db: Database) -> None:
@@ -100,3 +100,92 @@ def test_audit_log_revision_goes_down_and_up_again(db: Database) -> None:
         indexes = {i["name"] for i in inspect(connection).get_indexes("audit_log")}
     assert indexes == {"ix_audit_log_target", "ix_audit_log_at"}
     assert migrate.current_revision(db) == migrate.head_revision(db)
+
+
+def test_items_revision_goes_down_and_up_again(db: Database) -> None:
+    new_tables = {
+        "items",
+        "item_properties",
+        "item_allocations",
+        "volume_pools",
+        "volume_pool_properties",
+        "volume_allocations",
+    }
+    config = migrate._config(db)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+        assert new_tables.isdisjoint(inspect(connection).get_table_names())
+    migrate.upgrade(db)
+    with db.engine.connect() as connection:
+        assert new_tables <= set(inspect(connection).get_table_names())
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []
+
+
+def test_postgresql_refuses_overlapping_allocations_of_one_item(pg_url: str) -> None:
+    from tests.conftest import T0, _reset_pg
+
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    hour = dt.timedelta(hours=1)
+    try:
+        with db.transaction() as session:
+            item = Item(kind="device", pool="", name="gpu-0", created_at=T0)
+            lease = Lease(
+                name="l",
+                project_id="p",
+                user_id="u",
+                start_date=T0,
+                end_date=T0 + 2 * hour,
+                status="PENDING",
+                created_at=T0,
+            )
+            session.add_all([item, lease])
+            session.flush()
+            reservation = Reservation(
+                lease_id=lease.id,
+                resource_type="device",
+                status="pending",
+                params={},
+                created_at=T0,
+            )
+            session.add(reservation)
+            session.flush()
+            ids = (reservation.id, lease.id, item.id)
+
+        def allocate(session: Session, start: dt.datetime, end: dt.datetime) -> None:
+            rid, lid, item_id = ids
+            session.add(
+                ItemAllocation(
+                    reservation_id=rid,
+                    lease_id=lid,
+                    item_id=item_id,
+                    start_date=start,
+                    end_date=end,
+                )
+            )
+            session.flush()
+
+        with db.transaction() as session:
+            allocate(session, T0, T0 + hour)
+            allocate(session, T0 + hour, T0 + 2 * hour)
+        with pytest.raises(IntegrityError, match="item_allocations_no_overlap"):
+            with db.transaction() as session:
+                allocate(session, T0 + hour / 2, T0 + hour + hour / 2)
+    finally:
+        db.dispose()
+
+
+def test_instances_revision_goes_down_and_up_again(db: Database) -> None:
+    config = migrate._config(db)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0004")
+        assert "instance_allocations" not in inspect(connection).get_table_names()
+        assert "items" in inspect(connection).get_table_names()
+    migrate.upgrade(db)
+    with db.engine.connect() as connection:
+        assert "instance_allocations" in inspect(connection).get_table_names()
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []

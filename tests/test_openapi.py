@@ -21,6 +21,7 @@ from climate.config import load_settings
 from climate.db.engine import Database
 from climate.runtime import build_context
 from tests.conftest import LiveServer
+from tests.test_items_http import call_item_operations
 
 MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
 READ_BODY = typing.get_args(BodyDep)[1].dependency
@@ -195,6 +196,16 @@ def call_every_operation(call: Conformance) -> None:
         },
     ).json()["lease"]
     call("POST", "/v1/leases", 409, json=lease)
+    refused = call("POST", "/v1/leases", 409, json={**lease, "name": "l3"}).json()
+    assert refused["offers"] and refused["reason"]["reservations"][0]["rule"] == "too_few_free"
+    flexible = {k: v for k, v in lease.items() if k not in ("start_date", "end_date")}
+    flexible |= {
+        "name": "l3",
+        "earliest_start": "2031-01-02 10:00",
+        "latest_end": "2031-01-03 10:00",
+        "duration": "PT1H",
+    }
+    call("POST", "/v1/leases", 200, json=flexible, params={"dry_run": "true"})
     call("POST", "/v1/leases", 400, json={**lease, "end_date": "tomorrow"})
     call("POST", "/v1/leases", 413, content=b" " * (load_settings(env={}).max_body_bytes + 1))
     call("GET", "/v1/leases", 200)
@@ -219,3 +230,29 @@ def call_every_operation(call: Conformance) -> None:
     call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
     call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})
     call("DELETE", "/v1/os-hosts/{host_id}", 204, at={"host_id": plain.json()["host"]["id"]})
+    call_item_operations(call)
+    call_instance_operations(call)
+
+
+def call_instance_operations(call: Conformance) -> None:
+    size = {"vcpus": 8, "memory_mb": 8192, "local_gb": 100}
+    call("POST", "/v1/os-hosts", 201, json={"name": "sized", **size})
+    reservation = {
+        "resource_type": "virtual:instance",
+        "amount": 2,
+        "vcpus": "2",
+        "memory_mb": 2048,
+        "disk_gb": 10,
+        "affinity": "None",
+    }
+    window = {"start_date": "2033-01-01 10:00", "end_date": "2033-01-01 12:00"}
+    lease = {"name": "vms", **window, "reservations": [reservation], "events": []}
+    call("POST", "/v1/leases", 201, json=lease)
+    call(
+        "POST",
+        "/v1/leases",
+        400,
+        json={**lease, "name": "big", "reservations": [{**reservation, "vcpus": 64}]},
+    )
+    call("GET", "/v1/instances/allocations", 200)
+    call("GET", "/v1/instances/allocations", 200, headers=MEMBER)

@@ -43,8 +43,12 @@ class Settings:
     max_body_bytes: int = 1_048_576
     max_page_size: int = 1000
     availability_max_days: int = 400
+    offer_search_days: int = 30
     policy_file: str = ""
     max_wait_seconds: float = 30.0
+    cpu_allocation_ratio: float = 1.0
+    ram_allocation_ratio: float = 1.0
+    disk_allocation_ratio: float = 1.0
 
     @property
     def effective_database_url(self) -> str:
@@ -110,4 +114,7 @@ def load_settings(
         raise InvalidInput("auth", f"must be 'noauth' or 'token', not {settings.auth!r}")
     if settings.max_page_size < 1:
         raise InvalidInput("max_page_size", f"must be at least 1, not {settings.max_page_size}")
+    for ratio in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):
+        if not getattr(settings, ratio) > 0:
+            raise InvalidInput(ratio, f"must be a number above 0, not {getattr(settings, ratio)}")
     return settings

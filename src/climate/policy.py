@@ -50,6 +50,21 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "blazar:oshosts:get_allocations": "rule:admin_or_owner",
         "blazar:oshosts:get_resource_properties": "@",
         "blazar:oshosts:update_resource_properties": "rule:admin",
+        **{
+            f"{prefix}:{action}": "rule:admin"
+            for prefix in (
+                "blazar:devices",
+                "blazar:networks",
+                "blazar:floatingips",
+                "climate:volume_pools",
+            )
+            for action in ("get", "post", "put", "delete")
+        },
+        "blazar:devices:get_allocations": "rule:admin_or_owner",
+        "blazar:networks:get_allocations": "rule:admin_or_owner",
+        "blazar:floatingips:get_allocations": "rule:admin_or_owner",
+        "climate:volume_pools:get_allocations": "rule:admin_or_owner",
+        "climate:instances:get_allocations": "rule:admin_or_owner",
         "climate:audit:get": "rule:admin",
         "climate:availability:get": "@",
         "climate:leases:retry": "rule:admin",

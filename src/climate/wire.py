@@ -7,13 +7,32 @@ webhook receiver sees a lease exactly as ``GET /v1/leases/{id}`` shows it.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from climate.db.tables import Event, Host, HostAllocation, Lease, Reservation
+from climate.db.tables import (
+    Event,
+    Host,
+    HostAllocation,
+    InstanceAllocation,
+    Item,
+    ItemAllocation,
+    Lease,
+    Reservation,
+    VolumeAllocation,
+    VolumePool,
+)
 from climate.resources.hosts import HOST_COLUMNS
+from climate.resources.instances import enforcement
+from climate.resources.items import Kind
+
+if TYPE_CHECKING:
+    from climate.services.leases import LeaseRequest
+    from climate.services.offers import Offer, Refusal
 
 LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+INSTANCE_TYPE = "virtual:instance"
 
 
 def lease_date(value: dt.datetime) -> str:
@@ -55,7 +74,15 @@ def reservation(row: Reservation) -> dict[str, Any]:
         "resource_type": row.resource_type,
     }
     body.update(row.params)
-    body["allocations"] = [allocation(a) for a in row.allocations]
+    if row.resource_type == INSTANCE_TYPE:
+        body.update(enforcement(row))
+    # A reservation has allocations in its own type's table only.
+    body["allocations"] = [
+        *(allocation(a) for a in row.allocations),
+        *(item_allocation(a) for a in row.item_allocations),
+        *(volume_allocation(a) for a in row.volume_allocations),
+        *(instance_allocation(a) for a in row.instance_allocations),
+    ]
     body["created_at"] = stamp(row.created_at)
     body["updated_at"] = stamp(row.updated_at)
     return body
@@ -64,6 +91,31 @@ def reservation(row: Reservation) -> dict[str, Any]:
 def allocation(row: HostAllocation) -> dict[str, Any]:
     return {
         "resource_id": str(row.host_id),
+        "start_date": lease_date(row.start_date),
+        "end_date": lease_date(row.end_date),
+    }
+
+
+def item_allocation(row: ItemAllocation) -> dict[str, Any]:
+    return {
+        "resource_id": str(row.item_id),
+        "start_date": lease_date(row.start_date),
+        "end_date": lease_date(row.end_date),
+    }
+
+
+def volume_allocation(row: VolumeAllocation) -> dict[str, Any]:
+    return {
+        "resource_id": str(row.pool_id),
+        "start_date": lease_date(row.start_date),
+        "end_date": lease_date(row.end_date),
+    }
+
+
+def instance_allocation(row: InstanceAllocation) -> dict[str, Any]:
+    return {
+        "resource_id": str(row.host_id),
+        "count": row.count,
         "start_date": lease_date(row.start_date),
         "end_date": lease_date(row.end_date),
     }
@@ -97,3 +149,113 @@ def host(row: Host) -> dict[str, Any]:
     )
     body.update({p.name: p.value for p in row.properties})
     return body
+
+
+def item(row: Item, kind: Kind) -> dict[str, Any]:
+    """A device, network segment or floating IP: its pool and name under the kind's field
+    names, then its extra properties."""
+    body: dict[str, Any] = {"id": str(row.id)}
+    if kind.pool_field is not None:
+        body[kind.pool_field] = row.pool
+    body[kind.name_field] = row.name
+    body.update(
+        {
+            "reservable": row.reservable,
+            "created_at": stamp(row.created_at),
+            "updated_at": stamp(row.updated_at),
+        }
+    )
+    body.update({p.name: p.value for p in row.properties})
+    return body
+
+
+def volume_pool(row: VolumePool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": str(row.id),
+        "name": row.name,
+        "capacity_gb": row.capacity_gb,
+        "reservable": row.reservable,
+        "created_at": stamp(row.created_at),
+        "updated_at": stamp(row.updated_at),
+    }
+    body.update({p.name: p.value for p in row.properties})
+    return body
+
+
+BUSY_UNTIL_SHOWN = 10
+
+
+def refusal(
+    found: Refusal, request: LeaseRequest, params: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The ``reason`` and ``offers`` added to a refused lease's error body (docs/admission.md):
+    counts and times only, never another lease, project or resource identity."""
+    reasons: list[dict[str, Any]] = [
+        {"index": i, "resource_type": kind, "rule": "unexplained"} for i, kind in found.unexplained
+    ]
+    for s in found.shortfalls:
+        until: dict[float, int] = {}
+        for t in s.released:
+            until[t] = until.get(t, 0) + 1
+        enough = s.enough_free_by
+        reasons.append(
+            {
+                "index": s.index,
+                "resource_type": request.reservations[s.index].resource_type,
+                "rule": s.rule,
+                "min": s.min,
+                "max": s.max,
+                "matching": s.matching,
+                "free": s.free,
+                "available": s.available,
+                "busy": s.matching - s.free,
+                "busy_until": [
+                    {"date": lease_date(_utc(t)), "count": n}
+                    for t, n in list(until.items())[:BUSY_UNTIL_SHOWN]
+                ],
+                "enough_free_by": None if enough is None else lease_date(_utc(enough)),
+            }
+        )
+    return {
+        "reason": {
+            "start_date": lease_date(found.start),
+            "end_date": lease_date(found.end),
+            "reservations": sorted(reasons, key=lambda r: int(r["index"])),
+        },
+        "offers": [offer(o, found, request, params) for o in found.offers],
+    }
+
+
+def offer(
+    made: Offer, found: Refusal, request: LeaseRequest, params: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One counter-offer: what it changes, and a lease body to post as is."""
+    shift = made.start - found.start
+    body: dict[str, Any] = {
+        "name": request.name,
+        "start_date": "now"
+        if request.start is None and shift == dt.timedelta(0)
+        else lease_date(made.start),
+        "end_date": lease_date(made.end),
+        "reservations": [
+            {"resource_type": r.resource_type, **p, "min": low, "max": high}
+            for r, p, (low, high) in zip(request.reservations, params, made.counts, strict=True)
+        ],
+        "events": [],
+    }
+    if request.before_end is not None and made.start <= request.before_end + shift <= made.end:
+        body["before_end_date"] = lease_date(request.before_end + shift)
+    return {"kind": made.kind, "below_request": made.below_request, "lease": body}
+
+
+def requested_window(request: LeaseRequest) -> dict[str, Any]:
+    """A flexible lease's request, beside the lease that was placed in it."""
+    return {
+        "earliest_start": "now" if request.start is None else lease_date(request.start),
+        "latest_end": lease_date(request.end),
+        "duration": None if request.duration is None else int(request.duration.total_seconds()),
+    }
+
+
+def _utc(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)

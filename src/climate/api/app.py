@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,27 +14,41 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from climate import __version__
-from climate.api import audit, availability, hosts, leases, openapi, operations
+from climate.api import (
+    audit,
+    availability,
+    hosts,
+    instances,
+    items,
+    leases,
+    openapi,
+    operations,
+)
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.errors import ClimateError
+from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
+from climate.services.instances import InstanceAllocationService
+from climate.services.items import ItemService
 from climate.services.leases import LeaseService
 from climate.services.tokens import TokenService
+from climate.services.volume_pools import VolumePoolService
 
 LOG = logging.getLogger(__name__)
 API_VERSION_HEADER = "OpenStack-API-Version"
 API_VERSION = "reservation 1.0"
 
 
-def error_body(status: int, message: str, name: str) -> JSONResponse:
-    """Blazar's error shape; the blazar CLI prints ``error_message``."""
-    return JSONResponse(
-        {"error_code": status, "error_message": message, "error_name": name}, status_code=status
-    )
+def error_body(
+    status: int, message: str, name: str, details: Mapping[str, Any] | None = None
+) -> JSONResponse:
+    """Blazar's error shape (the blazar CLI prints ``error_message``), with ``details`` added."""
+    body = {**(details or {}), "error_code": status, "error_message": message, "error_name": name}
+    return JSONResponse(body, status_code=status)
 
 
 class OpenStackHeaders:
@@ -88,6 +104,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         tokens=tokens,
         audit=AuditService(ctx),
         availability=AvailabilityService(ctx),
+        items={kind.kind: ItemService(ctx, kind) for kind in KINDS},
+        volume_pools=VolumePoolService(ctx),
+        instances=InstanceAllocationService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
@@ -96,13 +115,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(audit.router)
     app.include_router(operations.router)
     app.include_router(availability.router)
+    for kind in KINDS:
+        app.include_router(items.item_router(kind))
+    app.include_router(items.pools)
+    app.include_router(instances.router)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
-        return error_body(exc.status, exc.message, exc.name)
+        return error_body(exc.status, exc.message, exc.name, exc.details)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -15,8 +15,11 @@ from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.context import Page
 from climate.services.hosts import HostService
+from climate.services.instances import InstanceAllocationService
+from climate.services.items import ItemService
 from climate.services.leases import LeaseService
 from climate.services.tokens import TokenService
+from climate.services.volume_pools import VolumePoolService
 
 
 @dataclass
@@ -26,6 +29,10 @@ class Services:
     tokens: TokenService
     audit: AuditService
     availability: AvailabilityService
+    items: dict[str, ItemService]
+    """Per item kind (``Item.kind``)."""
+    volume_pools: VolumePoolService
+    instances: InstanceAllocationService
     max_body_bytes: int
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
@@ -28,9 +30,20 @@ def list_leases(
 
 
 @router.post("", status_code=201)
-def create_lease(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
-    lease = services.leases.create(actor, lease_request(json_object(body)))
-    return JSONResponse({"lease": wire.lease(lease)}, status_code=201)
+def create_lease(
+    services: ServicesDep, actor: ActorDep, body: BodyDep, dry_run: str | None = None
+) -> JSONResponse:
+    """201 with the lease; a dry run (``?dry_run=true``) 200 with the lease it would be. A
+    flexible window's request comes back as ``requested_window``."""
+    request = lease_request(json_object(body), dry_run)
+    lease = services.leases.create(actor, request)
+    answer: dict[str, Any] = {"lease": wire.lease(lease)}
+    if request.duration is not None:
+        answer["requested_window"] = wire.requested_window(request)
+    if request.dry_run:
+        answer["dry_run"] = True
+        return JSONResponse(answer)
+    return JSONResponse(answer, status_code=201)
 
 
 @router.get("/{lease_id}")

@@ -19,6 +19,19 @@ from starlette.routing import compile_path
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import EventStatus, EventType, LeaseStatus, ReservationStatus
 from climate.resources.hosts import PhysicalHostType
+from climate.resources.instances import InstanceType
+from climate.resources.items import (
+    DEVICES,
+    FLOATING_IPS,
+    MAX_REQUIRED,
+    MAX_SEGMENT_ID,
+    NETWORKS,
+    DeviceType,
+    FloatingIPType,
+    Kind,
+    NetworkType,
+)
+from climate.resources.volumes import VolumeType
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
 from climate.services.hosts import INT_COLUMNS, MAX_INT, READ_ONLY, TEXT_COLUMNS
 
@@ -123,6 +136,15 @@ _LEASE_FIELDS: dict[str, JsonSchema] = {
     "before_end_date": _nullable(REQUEST_DATE),
     "events": {"type": "array", "maxItems": 0, "description": "user-defined events: always []"},
 }
+_FLEXIBLE_FIELDS: dict[str, JsonSchema] = {
+    "earliest_start": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
+    "latest_end": REQUEST_DATE,
+    "duration": {
+        "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+        "description": "seconds, 'HH:MM' or an ISO 8601 duration such as 'PT2H' or 'P1DT12H'",
+    },
+    "dry_run": {"type": "boolean", "description": "as the query's dry_run"},
+}
 _HOST_FIELDS: dict[str, JsonSchema] = {
     **dict.fromkeys(sorted(INT_COLUMNS), HOST_INTEGER),
     **dict.fromkeys(sorted(TEXT_COLUMNS - {"cpu_info"}), HOST_TEXT),
@@ -130,15 +152,87 @@ _HOST_FIELDS: dict[str, JsonSchema] = {
     "reservable": {"type": "boolean"},
 }
 
-SCHEMAS: dict[str, JsonSchema] = {
-    "Error": _record(
+_ADMISSION_SCHEMAS: dict[str, JsonSchema] = {
+    "RefusalReason": _record(
         {
-            "error_code": {"type": "integer", "description": "the HTTP status"},
-            "error_message": {"type": "string", "description": "for 4xx, names the field"},
-            "error_name": {"type": "string", "examples": ["INVALID_INPUT", "NOT_FOUND"]},
+            "start_date": LEASE_DATE_STRING,
+            "end_date": LEASE_DATE_STRING,
+            "reservations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "index": {"type": "integer", "minimum": 0},
+                        "resource_type": STRING,
+                        "rule": {
+                            "type": "string",
+                            "enum": [
+                                "fits",
+                                "too_few_match",
+                                "too_few_free",
+                                "shared",
+                                "unexplained",
+                            ],
+                        },
+                        **dict.fromkeys(
+                            ("min", "max", "matching", "free", "available", "busy"),
+                            {"type": "integer", "minimum": 0},
+                        ),
+                        "busy_until": {
+                            "type": "array",
+                            "items": _record(
+                                {
+                                    "date": LEASE_DATE_STRING,
+                                    "count": {"type": "integer", "minimum": 1},
+                                }
+                            ),
+                        },
+                        "enough_free_by": _nullable(LEASE_DATE_STRING),
+                    },
+                    "required": ["index", "resource_type", "rule"],
+                    "additionalProperties": False,
+                },
+            },
         },
-        description="Blazar's error body",
+        description="per reservation: how many resources match, are free for the whole window, "
+        "are left after the reservations before it, are busy and until when; and which rule "
+        "refused it. Counts and times only.",
     ),
+    "CounterOffer": _record(
+        {
+            "kind": {"type": "string", "enum": ["later_start", "fewer_hosts", "shorter"]},
+            "below_request": {"type": "boolean"},
+            "lease": {
+                "type": "object",
+                "description": "a complete LeaseCreate body: POST it to /v1/leases to accept",
+            },
+        }
+    ),
+    "RequestedWindow": _record(
+        {
+            "earliest_start": {"anyOf": [{"const": "now"}, LEASE_DATE_STRING]},
+            "latest_end": LEASE_DATE_STRING,
+            "duration": {"type": "integer", "minimum": 1, "description": "seconds"},
+        }
+    ),
+}
+
+SCHEMAS: dict[str, JsonSchema] = {
+    "Error": {
+        **_record(
+            {
+                "error_code": {"type": "integer", "description": "the HTTP status"},
+                "error_message": {"type": "string", "description": "for 4xx, names the field"},
+                "error_name": {"type": "string", "examples": ["INVALID_INPUT", "NOT_FOUND"]},
+                "reason": _ref("RefusalReason"),
+                "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
+            },
+            description="Blazar's error body; a refused lease (409 NOT_ENOUGH_RESOURCES_AVAILABLE) "
+            "adds reason and offers (docs/admission.md)",
+        ),
+        "required": ["error_code", "error_message", "error_name"],
+    },
+    **_ADMISSION_SCHEMAS,
     "Versions": _wrapped(
         "versions",
         {
@@ -161,9 +255,17 @@ SCHEMAS: dict[str, JsonSchema] = {
         "type": "object",
         "properties": {
             **_LEASE_FIELDS,
-            "reservations": {"type": "array", "minItems": 1, "items": _ref("ReservationCreate")},
+            "reservations": {
+                "type": "array",
+                "minItems": 1,
+                "items": _ref("AnyReservationCreate"),
+            },
+            **_FLEXIBLE_FIELDS,
         },
-        "required": ["name", "end_date", "reservations"],
+        "required": ["name", "reservations"],
+        "anyOf": [{"required": ["end_date"]}, {"required": ["latest_end", "duration"]}],
+        "description": "fixed dates (start_date, end_date) or a flexible window (earliest_start, "
+        "latest_end, duration), not both",
         "additionalProperties": False,
         "examples": [
             {
@@ -198,7 +300,7 @@ SCHEMAS: dict[str, JsonSchema] = {
         "type": "object",
         "properties": {
             **_LEASE_FIELDS,
-            "reservations": {"type": "array", "items": _ref("ReservationUpdate")},
+            "reservations": {"type": "array", "items": _ref("AnyReservationUpdate")},
         },
         "minProperties": 1,
         "additionalProperties": False,
@@ -227,7 +329,7 @@ SCHEMAS: dict[str, JsonSchema] = {
             "trust_id": _nullable(STRING),
             "created_at": STAMP_STRING,
             "updated_at": _nullable(STAMP_STRING),
-            "reservations": {"type": "array", "items": _ref("Reservation")},
+            "reservations": {"type": "array", "items": _ref("AnyReservation")},
             "events": {"type": "array", "items": _ref("Event")},
         }
     ),
@@ -486,8 +588,360 @@ SCHEMAS: dict[str, JsonSchema] = {
     ),
 }
 
+_PATHS = {DEVICES.kind: "devices", NETWORKS.kind: "networks", FLOATING_IPS.kind: "floatingips"}
+_SINGULAR = {DEVICES.kind: "device", NETWORKS.kind: "network", FLOATING_IPS.kind: "floatingip"}
+_NAMES = {DEVICES.kind: "Device", NETWORKS.kind: "Network", FLOATING_IPS.kind: "FloatingIP"}
+_PROPERTY_NAMES: JsonSchema = {
+    "minLength": 1,
+    "maxLength": PROPERTY_NAME_LENGTH,
+    "not": {"enum": ["id", "created_at", "updated_at"]},
+}
+_ITEM_NAME_FIELDS: dict[str, dict[str, JsonSchema]] = {
+    DEVICES.kind: {"name": {"type": "string", "minLength": 1, "maxLength": 255}},
+    NETWORKS.kind: {
+        "segment_id": {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_SEGMENT_ID},
+                INTEGER_STRING,
+            ]
+        },
+        "physical_network": {"type": "string", "maxLength": 255},
+        "network_type": {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH},
+    },
+    FLOATING_IPS.kind: {
+        "floating_network_id": {"type": "string", "minLength": 1, "maxLength": 255},
+        "floating_ip_address": {"type": "string", "description": "an IPv4 or IPv6 address"},
+        "subnet_id": {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH},
+    },
+}
+_ITEM_EXAMPLES: dict[str, JsonSchema] = {
+    DEVICES.kind: {"name": "gpu-0", "model": "a100"},
+    NETWORKS.kind: {"network_type": "vlan", "physical_network": "physnet1", "segment_id": 100},
+    FLOATING_IPS.kind: {
+        "floating_network_id": "1e17587e-a7ed-4b82-a17b-4beb32523e28",
+        "floating_ip_address": "172.24.4.101",
+    },
+}
+
+
+def _item_schemas(kind: Kind) -> dict[str, JsonSchema]:
+    name = _NAMES[kind.kind]
+    fields = _ITEM_NAME_FIELDS[kind.kind]
+    shown = dict.fromkeys(kind.columns, STRING)
+    return {
+        f"{name}Create": {
+            "type": "object",
+            "properties": {**fields, "reservable": {"type": "boolean"}},
+            # A segment's physical network is optional; a floating IP's network is not.
+            "required": [*kind.columns, *kind.required]
+            if kind is FLOATING_IPS
+            else [kind.name_field, *kind.required],
+            "additionalProperties": EXTRA_VALUE,
+            "propertyNames": _PROPERTY_NAMES,
+            "examples": [_ITEM_EXAMPLES[kind.kind]],
+        },
+        name: _record(
+            {
+                "id": {"type": "string", "pattern": "^[0-9]+$"},
+                **shown,
+                "reservable": {"type": "boolean"},
+                "created_at": STAMP_STRING,
+                "updated_at": _nullable(STAMP_STRING),
+            },
+            additionalProperties={"type": "string", "description": "extra properties"},
+        ),
+    }
+
+
+_RESERVATION_COMMON: dict[str, JsonSchema] = {
+    "id": {"type": "string", "format": "uuid"},
+    "lease_id": {"type": "string", "format": "uuid"},
+    "status": _enum(ReservationStatus),
+    "missing_resources": {"type": "boolean"},
+    "resources_changed": {"type": "boolean"},
+    "resource_id": STRING,
+}
+_BEFORE_END: JsonSchema = {"type": "string", "enum": ["default"]}
+_TYPE_FIELDS: dict[str, dict[str, JsonSchema]] = {
+    DeviceType.name: {
+        "min": COUNT,
+        "max": COUNT,
+        "resource_properties": QUERY,
+        "before_end": _BEFORE_END,
+    },
+    NetworkType.name: {
+        "amount": COUNT,
+        "network_properties": QUERY,
+        "resource_properties": QUERY,
+        "before_end": _BEFORE_END,
+    },
+    FloatingIPType.name: {
+        "network_id": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
+        "amount": COUNT,
+        "required_floatingips": {
+            "type": "array",
+            "maxItems": MAX_REQUIRED,
+            "uniqueItems": True,
+            "items": STRING,
+            "description": "addresses of the network that must be among those reserved",
+        },
+        "before_end": _BEFORE_END,
+    },
+    VolumeType.name: {
+        "size_gb": COUNT,
+        "amount": COUNT,
+        "pool": _nullable({"type": "string", "maxLength": 255}),
+        "resource_properties": QUERY,
+        "before_end": _BEFORE_END,
+    },
+    InstanceType.name: {
+        "amount": COUNT,
+        "vcpus": COUNT,
+        "memory_mb": COUNT,
+        "disk_gb": {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+$"}]
+        },
+        "affinity": {
+            "anyOf": [{"type": "boolean"}, {"type": "null"}, {"type": "string"}],
+            "description": "true: all on one host; false: each on its own; null: anywhere "
+            '(also "True", "False", "None")',
+        },
+        "resource_properties": QUERY,
+        "before_end": _BEFORE_END,
+    },
+}
+_STORED: dict[str, dict[str, JsonSchema]] = {
+    DeviceType.name: {
+        "min": {"type": "integer", "minimum": 1},
+        "max": {"type": "integer", "minimum": 1},
+        "resource_properties": STRING,
+    },
+    NetworkType.name: {
+        "amount": {"type": "integer", "minimum": 1},
+        "network_properties": STRING,
+        "resource_properties": STRING,
+    },
+    FloatingIPType.name: {
+        "network_id": STRING,
+        "amount": {"type": "integer", "minimum": 1},
+        "required_floatingips": {"type": "array", "items": STRING},
+    },
+    VolumeType.name: {
+        "size_gb": {"type": "integer", "minimum": 1},
+        "amount": {"type": "integer", "minimum": 1},
+        "pool": _nullable(STRING),
+        "resource_properties": STRING,
+    },
+    InstanceType.name: {
+        "amount": {"type": "integer", "minimum": 1},
+        "vcpus": {"type": "integer", "minimum": 1},
+        "memory_mb": {"type": "integer", "minimum": 1},
+        "disk_gb": {"type": "integer", "minimum": 0},
+        "affinity": _nullable({"type": "boolean"}),
+        "resource_properties": STRING,
+        "flavor_id": {"type": "string", "description": "the reservation's private flavor"},
+        "aggregate_id": {"type": "string", "description": "the aggregate of its hosts"},
+        "server_group_id": _nullable({"type": "string", "format": "uuid"}),
+        "hosts": {
+            "type": "array",
+            "items": _record(
+                {
+                    "host_id": {"type": "string", "pattern": "^[0-9]+$"},
+                    "count": {"type": "integer", "minimum": 1},
+                }
+            ),
+        },
+    },
+}
+_TYPE_NAMES = {
+    DeviceType.name: "Device",
+    NetworkType.name: "Network",
+    FloatingIPType.name: "FloatingIP",
+    VolumeType.name: "Volume",
+    InstanceType.name: "Instance",
+}
+_TYPE_REQUIRED = {
+    DeviceType.name: ["min", "max"],
+    NetworkType.name: [],
+    FloatingIPType.name: ["network_id"],
+    VolumeType.name: ["size_gb"],
+    InstanceType.name: ["amount", "vcpus", "memory_mb", "disk_gb"],
+}
+
+
+def _reservation_schemas(resource_type: str) -> dict[str, JsonSchema]:
+    name = _TYPE_NAMES[resource_type]
+    fields = _TYPE_FIELDS[resource_type]
+    kind: JsonSchema = {"type": "string", "const": resource_type}
+    return {
+        f"{name}ReservationCreate": {
+            "type": "object",
+            "properties": {"resource_type": kind, **fields},
+            "required": ["resource_type", *_TYPE_REQUIRED[resource_type]],
+            "additionalProperties": False,
+        },
+        f"{name}ReservationUpdate": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "required when the lease has several"},
+                "resource_type": kind,
+                **fields,
+            },
+            "additionalProperties": False,
+        },
+        f"{name}Reservation": _record(
+            {
+                **_RESERVATION_COMMON,
+                "resource_type": kind,
+                **_STORED[resource_type],
+                "before_end": _BEFORE_END,
+                "allocations": {"type": "array", "items": _ref(_ALLOCATION[resource_type])},
+                "created_at": STAMP_STRING,
+                "updated_at": _nullable(STAMP_STRING),
+            }
+        ),
+    }
+
+
+_ALLOCATION = {
+    t: "InstanceAllocation" if t == InstanceType.name else "ReservationAllocation"
+    for t in _TYPE_NAMES
+}
+
+
+def _any(suffix: str, host: str) -> JsonSchema:
+    return {
+        "oneOf": [_ref(host), *(_ref(f"{name}{suffix}") for name in _TYPE_NAMES.values())],
+        "description": "one reservation; its resource_type says which fields it has",
+    }
+
+
+ITEM_SCHEMAS: dict[str, JsonSchema] = {
+    **{k: v for kind in (DEVICES, NETWORKS, FLOATING_IPS) for k, v in _item_schemas(kind).items()},
+    **{k: v for t in _TYPE_NAMES for k, v in _reservation_schemas(t).items()},
+    "AnyReservationCreate": _any("ReservationCreate", "ReservationCreate"),
+    "AnyReservationUpdate": {
+        "anyOf": [
+            _ref("ReservationUpdate"),
+            *(_ref(f"{name}ReservationUpdate") for name in _TYPE_NAMES.values()),
+        ],
+        "description": "changes to one reservation, of the fields of its resource_type",
+    },
+    "AnyReservation": _any("Reservation", "Reservation"),
+    "ItemUpdate": {
+        "type": "object",
+        "properties": {"reservable": {"type": "boolean"}},
+        "additionalProperties": _nullable(EXTRA_VALUE),
+        "propertyNames": _PROPERTY_NAMES,
+        "minProperties": 1,
+        "description": "extra properties (null removes one) and reservable; the fields that "
+        "identify the item cannot change",
+        "examples": [{"model": "h100"}],
+    },
+    "VolumePoolCreate": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
+            "capacity_gb": {
+                "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_INT}, INTEGER_STRING]
+            },
+            "reservable": {"type": "boolean"},
+        },
+        "required": ["name", "capacity_gb"],
+        "additionalProperties": EXTRA_VALUE,
+        "propertyNames": _PROPERTY_NAMES,
+        "examples": [{"name": "ssd-1", "capacity_gb": 10000, "tier": "ssd"}],
+    },
+    "VolumePoolUpdate": {
+        "type": "object",
+        "properties": {
+            "capacity_gb": {
+                "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_INT}, INTEGER_STRING]
+            },
+            "reservable": {"type": "boolean"},
+        },
+        "additionalProperties": _nullable(EXTRA_VALUE),
+        "propertyNames": {**_PROPERTY_NAMES, "not": {"enum": ["id", "name", "created_at"]}},
+        "minProperties": 1,
+        "description": "a smaller capacity is refused (409) while reservations need more",
+        "examples": [{"capacity_gb": 20000}],
+    },
+    "VolumePool": _record(
+        {
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "name": STRING,
+            "capacity_gb": {"type": "integer", "minimum": 1},
+            "reservable": {"type": "boolean"},
+            "created_at": STAMP_STRING,
+            "updated_at": _nullable(STAMP_STRING),
+        },
+        additionalProperties={"type": "string", "description": "extra properties"},
+    ),
+    "InstanceAllocation": _record(
+        {
+            "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
+            "count": {"type": "integer", "minimum": 1},
+            "start_date": LEASE_DATE_STRING,
+            "end_date": LEASE_DATE_STRING,
+        }
+    ),
+    "HostInstances": _record(
+        {
+            "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
+            "reservations": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "id": {"type": "string", "format": "uuid"},
+                        "lease_id": {"type": "string", "format": "uuid"},
+                        "start_date": LEASE_DATE_STRING,
+                        "end_date": LEASE_DATE_STRING,
+                        "count": {"type": "integer", "minimum": 1},
+                    }
+                ),
+            },
+        }
+    ),
+    "VolumePoolAllocation": _record(
+        {
+            "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
+            "reservations": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "id": {"type": "string", "format": "uuid"},
+                        "lease_id": {"type": "string", "format": "uuid"},
+                        "start_date": LEASE_DATE_STRING,
+                        "end_date": LEASE_DATE_STRING,
+                        "size_gb": {"type": "integer", "minimum": 1},
+                    }
+                ),
+            },
+        }
+    ),
+}
+
+SCHEMAS.update(ITEM_SCHEMAS)
+
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
+    "created": {
+        "type": "object",
+        "properties": {"lease": _ref("Lease"), "requested_window": _ref("RequestedWindow")},
+        "required": ["lease"],
+        "additionalProperties": False,
+    },
+    "dry_run": {
+        "type": "object",
+        "properties": {
+            "lease": _ref("Lease"),
+            "requested_window": _ref("RequestedWindow"),
+            "dry_run": {"const": True},
+        },
+        "required": ["lease", "dry_run"],
+        "additionalProperties": False,
+        "description": "the lease as it would be created; nothing was written",
+    },
     "leases": _wrapped("leases", {"type": "array", "items": _ref("Lease")}),
     "host": _wrapped("host", _ref("Host")),
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
@@ -499,6 +953,26 @@ _ANSWERS: dict[str, JsonSchema] = {
     "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
     "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
     "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
+    **{
+        key: value
+        for kind in (DEVICES, NETWORKS, FLOATING_IPS)
+        for key, value in (
+            (kind.kind, _wrapped(_SINGULAR[kind.kind], _ref(_NAMES[kind.kind]))),
+            (
+                f"{kind.kind}s",
+                _wrapped(_PATHS[kind.kind], {"type": "array", "items": _ref(_NAMES[kind.kind])}),
+            ),
+        )
+    },
+    "volume_pool": _wrapped("volume_pool", _ref("VolumePool")),
+    "volume_pools": _wrapped("volume_pools", {"type": "array", "items": _ref("VolumePool")}),
+    "pool_allocation": _wrapped("allocation", _ref("VolumePoolAllocation")),
+    "pool_allocations": _wrapped(
+        "allocations", {"type": "array", "items": _ref("VolumePoolAllocation")}
+    ),
+    "instance_allocations": _wrapped(
+        "allocations", {"type": "array", "items": _ref("HostInstances")}
+    ),
 }
 
 
@@ -519,12 +993,16 @@ class Operation:
     body: str | None = None
     body_required: bool = True
     creates: tuple[str, str] | None = None
+    also: tuple[tuple[int, str], ...] = ()
+    """Other success answers: (status, key of its body in ``_ANSWERS``)."""
 
     def responses(self) -> dict[str, Any]:
         status, answer = self.ok
         found: dict[str, Any] = {
             str(status): _response("no content" if answer is None else answer, answer)
         }
+        for other, key in self.also:
+            found[str(other)] = _response(key, key)
         for code in sorted(self.errors | {500}):
             found[str(code)] = _error_response(code)
         return found
@@ -561,12 +1039,31 @@ _V1 = frozenset({400, 401, 403})
 _ONE = _V1 | {404}
 _WRITE = frozenset({409, 413})
 
+
+def _item_operations(kind: Kind) -> dict[tuple[str, str], Operation]:
+    base = f"/v1/{_PATHS[kind.kind]}"
+    one = kind.kind
+    return {
+        ("GET", base): Operation((200, f"{one}s"), _V1),
+        ("POST", base): Operation((201, one), _V1 | _WRITE, f"{_NAMES[one]}Create"),
+        ("GET", f"{base}/allocations"): Operation((200, "allocations"), _V1),
+        ("GET", f"{base}/{{item_id}}"): Operation((200, one), _ONE),
+        ("PUT", f"{base}/{{item_id}}"): Operation((200, one), _ONE | {413}, "ItemUpdate"),
+        ("DELETE", f"{base}/{{item_id}}"): Operation((204, None), _ONE | {409}),
+        ("GET", f"{base}/{{item_id}}/allocation"): Operation((200, "allocation"), _ONE),
+    }
+
+
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/"): Operation((300, "versions"), _ANYONE),
     ("GET", "/versions"): Operation((300, "versions"), _ANYONE),
     ("GET", "/v1/leases"): Operation((200, "leases"), _V1),
     ("POST", "/v1/leases"): Operation(
-        (201, "lease"), _V1 | _WRITE, "LeaseCreate", creates=("lease_id", "/lease/id")
+        (201, "created"),
+        _V1 | _WRITE,
+        "LeaseCreate",
+        creates=("lease_id", "/lease/id"),
+        also=((200, "dry_run"),),
     ),
     ("GET", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE),
     ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE, "LeaseUpdate"),
@@ -588,6 +1085,26 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}, "HostUpdate"),
     ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
+    **{
+        operation: described
+        for kind in (DEVICES, NETWORKS, FLOATING_IPS)
+        for operation, described in _item_operations(kind).items()
+    },
+    ("GET", "/v1/volume-pools"): Operation((200, "volume_pools"), _V1),
+    ("POST", "/v1/volume-pools"): Operation(
+        (201, "volume_pool"),
+        _V1 | _WRITE,
+        "VolumePoolCreate",
+        creates=("pool_id", "/volume_pool/id"),
+    ),
+    ("GET", "/v1/volume-pools/allocations"): Operation((200, "pool_allocations"), _V1),
+    ("GET", "/v1/instances/allocations"): Operation((200, "instance_allocations"), _V1),
+    ("GET", "/v1/volume-pools/{pool_id}"): Operation((200, "volume_pool"), _ONE),
+    ("PUT", "/v1/volume-pools/{pool_id}"): Operation(
+        (200, "volume_pool"), _ONE | _WRITE, "VolumePoolUpdate"
+    ),
+    ("DELETE", "/v1/volume-pools/{pool_id}"): Operation((204, None), _ONE | {409}),
+    ("GET", "/v1/volume-pools/{pool_id}/allocation"): Operation((200, "pool_allocation"), _ONE),
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,8 +15,23 @@ _FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f")
 # Dates are shifted by days around a window when planning; keep well clear of datetime.max.
 LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
 LEASE_FIELDS = frozenset(
-    {"name", "start_date", "end_date", "before_end_date", "reservations", "events"}
+    {
+        "name",
+        "start_date",
+        "end_date",
+        "before_end_date",
+        "reservations",
+        "events",
+        "earliest_start",
+        "latest_end",
+        "duration",
+        "dry_run",
+    }
 )
+FLEXIBLE_FIELDS = ("earliest_start", "latest_end", "duration")
+_CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
+_ISO_DURATION = re.compile(r"P(?:(\d{1,6})D)?(?:T(?:(\d{1,7})H)?(?:(\d{1,9})M)?(?:(\d{1,10})S)?)?")
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 # Blazar's documented update request carries "events": [] as well.
 UPDATE_FIELDS = frozenset(
     {"name", "start_date", "end_date", "before_end_date", "reservations", "events"}
@@ -116,22 +132,68 @@ def _no_events(body: Mapping[str, Any]) -> None:
         raise InvalidInput("events", "user-defined events are not supported; send []")
 
 
-def lease_request(body: Mapping[str, Any]) -> LeaseRequest:
+def lease_request(body: Mapping[str, Any], dry_run: str | None = None) -> LeaseRequest:
+    """A lease to create: fixed dates, or a flexible window (``earliest_start``, ``latest_end``,
+    ``duration``); a dry run if the query's ``dry_run`` or the body's says so."""
     _reject_unknown(body, LEASE_FIELDS)
-    if "end_date" not in body:
+    flexible = any(f in body for f in FLEXIBLE_FIELDS)
+    if flexible:
+        for fixed, instead in (("start_date", "earliest_start"), ("end_date", "latest_end")):
+            if fixed in body:
+                raise InvalidInput(instead, f"cannot be combined with {fixed}")
+        for required in ("latest_end", "duration"):
+            if required not in body:
+                raise InvalidInput(required, "required with a flexible window")
+    elif "end_date" not in body:
         raise InvalidInput("end_date", "required")
     _no_events(body)
     name = body.get("name")
     if not isinstance(name, str):
         raise InvalidInput("name", "required string")
-    start_raw = body.get("start_date", "now")
+    start_field = "earliest_start" if flexible else "start_date"
+    start_raw = body.get(start_field, "now")
+    end_field = "latest_end" if flexible else "end_date"
     return LeaseRequest(
         name=name,
-        start=None if start_raw in ("now", None) else parse_date("start_date", start_raw),
-        end=parse_date("end_date", body["end_date"]),
+        start=None if start_raw in ("now", None) else parse_date(start_field, start_raw),
+        end=parse_date(end_field, body[end_field]),
         before_end=optional_date("before_end_date", body.get("before_end_date")),
         reservations=_reservations(body.get("reservations"), creating=True),
+        duration=parse_duration("duration", body["duration"]) if flexible else None,
+        dry_run=flag("dry_run", dry_run) or flag("dry_run", body.get("dry_run")),
     )
+
+
+def parse_duration(field: str, value: object) -> dt.timedelta:
+    """Whole seconds (a number or a string of digits), ``"HH:MM"`` or an ISO 8601 duration
+    of days, hours, minutes and seconds (``"P1DT12H"``, ``"PT90M"``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**10:
+        return dt.timedelta(seconds=value)
+    text = value.strip() if isinstance(value, str) else ""
+    digits = text.removeprefix("-")
+    # isascii: isdigit also accepts "²"; the length keeps it within what a timedelta holds.
+    if digits.isascii() and digits.isdigit() and len(digits) <= 10:
+        return dt.timedelta(seconds=int(text))
+    clock = _CLOCK.fullmatch(text)
+    if clock is not None:
+        return dt.timedelta(hours=int(clock.group(1)), minutes=int(clock.group(2)))
+    iso = _ISO_DURATION.fullmatch(text.upper())
+    if iso is not None and any(iso.groups()) and not text.upper().endswith("T"):
+        days, hours, minutes, secs = (int(g or 0) for g in iso.groups())
+        return dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs)
+    raise InvalidInput(
+        field, f"must be whole seconds, 'HH:MM' or an ISO 8601 duration like 'PT2H', not {value!r}"
+    )
+
+
+def flag(field: str, value: object) -> bool:
+    """A boolean given as JSON or as text (``true``/``false``, ``1``/``0``, ``yes``/``no``)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    found = _FLAGS.get(value.strip().lower()) if isinstance(value, str) else None
+    if found is None:
+        raise InvalidInput(field, f"must be true or false, not {value!r}")
+    return found
 
 
 def lease_changes(body: Mapping[str, Any]) -> LeaseChanges:

@@ -29,11 +29,26 @@ class ApiClient:
             raise SystemExit(f"error: cannot reach {self.http.base_url}: {exc}") from exc
         if response.status_code >= 400:
             try:
-                message = response.json().get("error_message", response.text)
-            except ValueError:
+                error = response.json()
+                message = error.get("error_message", response.text) + _offers(error)
+            except (ValueError, AttributeError):
                 message = response.text
             raise SystemExit(f"error ({response.status_code}): {message}")
         return response.json() if response.content else None
+
+
+def _offers(error: dict[str, Any]) -> str:
+    """A refusal's counter-offers, one line each, as options of ``lease create``."""
+    lines = []
+    for offer in error.get("offers") or []:
+        lease = offer["lease"]
+        counts = " ".join(f"--min {r['min']} --max {r['max']}" for r in lease["reservations"])
+        below = " (fewer hosts than asked)" if offer["below_request"] else ""
+        start, end = lease["start_date"], lease["end_date"]
+        lines.append(f"  {offer['kind']}: --start '{start}' --end '{end}' {counts}{below}")
+    if not lines:
+        return ""
+    return "\nthese would fit (each is also a lease body to POST as is):\n" + "\n".join(lines)
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
@@ -120,14 +135,22 @@ def lease_command(args: argparse.Namespace) -> None:
             "hypervisor_properties": "",
             "resource_properties": args.properties or "",
         }
-        body = {
-            "name": args.name,
-            "start_date": args.start,
-            "end_date": args.end,
-            "reservations": [reservation],
-            "events": [],
-        }
-        _show_lease(args, api.call("POST", "/leases", body)["lease"])
+        body: dict[str, Any] = {"name": args.name, "reservations": [reservation], "events": []}
+        if args.duration is not None:
+            if args.latest_end is None:
+                raise SystemExit("error: --duration needs --latest-end")
+            body["earliest_start"] = args.earliest_start
+            body["latest_end"] = args.latest_end
+            body["duration"] = args.duration
+        elif args.end is None:
+            raise SystemExit("error: --end is required (or --duration and --latest-end)")
+        else:
+            body["start_date"] = args.start
+            body["end_date"] = args.end
+        answer = api.call("POST", "/leases?dry_run=true" if args.dry_run else "/leases", body)
+        _show_lease(args, answer["lease"])
+        if args.dry_run and not args.json:
+            print("dry run: nothing was created")
     elif args.action == "update":
         changes: dict[str, Any] = {}
         if args.name:
@@ -238,7 +261,15 @@ def register(sub: Any) -> None:
     p = lease_actions.add_parser("create", help="reserve hosts for a window")
     p.add_argument("name")
     p.add_argument("--start", default="now", help="'now', 'YYYY-MM-DD HH:MM' (UTC) or ISO 8601")
-    p.add_argument("--end", required=True)
+    p.add_argument("--end", help="required unless --duration and --latest-end are given")
+    p.add_argument(
+        "--duration",
+        help="a flexible window: this long ('HH:MM', seconds or ISO 8601 like PT2H), at the "
+        "earliest start that fits between --earliest-start and --latest-end",
+    )
+    p.add_argument("--earliest-start", default="now")
+    p.add_argument("--latest-end")
+    p.add_argument("--dry-run", action="store_true", help="show what would happen; create nothing")
     p.add_argument("--min", type=int, default=1, help="hosts wanted at least")
     p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
     p.add_argument(

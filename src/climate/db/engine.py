@@ -55,23 +55,37 @@ class Database:
 
         In-memory state that follows the database (caches) registers callables in
         ``session.info["on_rollback"]`` and ``session.info["on_commit"]``; they run once the
-        outcome is known.
+        outcome is known. Undoing runs before the rollback, while the lock is still held: once
+        it is released another transaction of this process may read that state.
         """
         with self._writer(), self._sessions() as session:
             try:
                 with session.begin():
                     session.connection(execution_options={"climate_write": True})
                     if lock is not None:
-                        session.info["lock_version"] = session.execute(
-                            _TAKE_LOCK, {"lock_name": lock}
-                        ).scalar_one()
-                    yield session
+                        self.lock(session, lock)
+                    try:
+                        yield session
+                    except BaseException:
+                        _undo(session)
+                        raise
             except BaseException:
-                for undo in reversed(session.info.pop("on_rollback", [])):
-                    undo()
+                _undo(session)  # the commit failed
                 raise
             for done in session.info.pop("on_commit", []):
                 done()
+
+    @staticmethod
+    def lock(session: Session, name: str) -> int:
+        """Take the lock ``name`` for the rest of the transaction: every other holder waits until
+        it ends. Returns the lock's new version (also in ``session.info["lock_version"]``).
+
+        Taking it late keeps the serialised part short (PostgreSQL: writes nobody else can see
+        yet go before it); on SQLite the transaction is the only writer from its start anyway.
+        """
+        version: int = session.execute(_TAKE_LOCK, {"lock_name": name}).scalar_one()
+        session.info["lock_version"] = version
+        return version
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[None]:
@@ -89,6 +103,11 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _undo(session: Session) -> None:
+    for undo in reversed(session.info.pop("on_rollback", [])):
+        undo()
 
 
 def _make_engine(url: str, echo: bool) -> Engine:

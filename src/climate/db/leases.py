@@ -18,7 +18,6 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
-    delete,
     func,
     insert,
     literal,
@@ -168,10 +167,23 @@ def _columns(row: Base) -> dict[str, Any]:
     return {column.key: getattr(row, column.key) for column in table_of(type(row)).columns}
 
 
-def drop_pending_events(session: Session, lease_id: str) -> None:
-    session.execute(
-        delete(Event).where(Event.lease_id == lease_id, Event.status == EventStatus.UNDONE)
+def hold_waiting_events(session: Session, lease_id: str) -> list[Event]:
+    """The lease's waiting events, locked in lifecycle order (PostgreSQL; SQLite writers are
+    serialised anyway): no manager can take them until this transaction ends. An API change to
+    a lease calls this before it reads or writes anything else of the lease.
+
+    A manager taking one of them is waited for, and the event is then left out (it is no longer
+    waiting); an event already claimed is not waited for. So the caller never waits on a manager
+    that holds the lease's row (the claimed path writes the row before its events), and never
+    locks a lease's events in another order than a manager taking them (head first).
+    """
+    query = (
+        select(Event)
+        .where(Event.lease_id == lease_id, Event.status == EventStatus.UNDONE)
+        .order_by(Event.seq, Event.id)
+        .with_for_update()
     )
+    return list(session.scalars(query))
 
 
 def next_due(session: Session) -> dt.datetime | None:

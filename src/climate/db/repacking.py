@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from climate.db.tables import HostAllocation, Lease, Reservation
-from climate.domain.status import LeaseStatus, ReservationStatus
+from climate.db.tables import Event, HostAllocation, Lease, Reservation
+from climate.domain.status import EventStatus, EventType, LeaseStatus, ReservationStatus
 from climate.planner.repack import Holder, Move, Occupant
 
 CHUNK = 500  # reservation ids per query
@@ -66,6 +66,7 @@ class DatabaseWorld:
             )
             for row in self.session.execute(query):
                 rows.setdefault(row[0], []).append(row)
+        waiting = self._hold_starts({group[0][2] for group in rows.values()} - {self.lease_id})
         found = {}
         for rid, group in rows.items():
             _, _, lid, start, end, lease_status, deleted_at, status, params = group[0]
@@ -73,7 +74,7 @@ class DatabaseWorld:
                 lease_status == LeaseStatus.PENDING
                 and status == ReservationStatus.PENDING
                 and deleted_at is None
-                and lid != self.lease_id
+                and lid in waiting
             )
             found[rid] = Holder(
                 id=rid,
@@ -86,6 +87,29 @@ class DatabaseWorld:
                 uniform=all((r[3], r[4]) == (start, end) for r in group),
             )
         return found
+
+    def _hold_starts(self, lease_ids: Collection[str]) -> set[str]:
+        """Those of ``lease_ids`` whose start event waits, locked until this admission ends.
+
+        A lease shows PENDING while a manager starts it, from hosts it read before; moving it
+        then would leave it running where it is no longer allocated. So a lease is movable only
+        while this transaction holds its waiting start: no manager can take it meanwhile (they
+        skip locked events), and one that holds it now is skipped here, not waited for.
+        """
+        wanted = sorted(lease_ids)
+        held: set[str] = set()
+        for i in range(0, len(wanted), CHUNK):
+            query = (
+                select(Event.lease_id)
+                .where(
+                    Event.lease_id.in_(wanted[i : i + CHUNK]),
+                    Event.event_type == EventType.START_LEASE,
+                    Event.status == EventStatus.UNDONE,
+                )
+                .with_for_update(skip_locked=True)
+            )
+            held.update(self.session.scalars(query))
+        return held
 
 
 Replace = Callable[[str, str, list[int], dt.datetime, dt.datetime], None]

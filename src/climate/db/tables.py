@@ -133,6 +133,15 @@ class Reservation(Timestamped, Base):
     allocations: Mapped[list[HostAllocation]] = relationship(
         back_populates="reservation", lazy="selectin", order_by="HostAllocation.host_id"
     )
+    item_allocations: Mapped[list[ItemAllocation]] = relationship(
+        back_populates="reservation", lazy="selectin", order_by="ItemAllocation.item_id"
+    )
+    volume_allocations: Mapped[list[VolumeAllocation]] = relationship(
+        back_populates="reservation", lazy="selectin", order_by="VolumeAllocation.pool_id"
+    )
+    instance_allocations: Mapped[list[InstanceAllocation]] = relationship(
+        back_populates="reservation", lazy="selectin", order_by="InstanceAllocation.host_id"
+    )
 
 
 class HostAllocation(Base):
@@ -151,6 +160,118 @@ class HostAllocation(Base):
     start_date: Mapped[dt.datetime]
     end_date: Mapped[dt.datetime]
     reservation: Mapped[Reservation] = relationship(back_populates="allocations")
+
+
+class Item(Timestamped, Base):
+    """A whole thing reserved exclusively over time: a device, a network segment, a floating IP.
+
+    ``kind`` says which; ``pool`` groups items of a kind (a floating IP's network, a segment's
+    physical network; "" when there is none) and ``name`` is unique within it (the address, the
+    segment id, the device name)."""
+
+    __tablename__ = "items"
+    __table_args__ = (UniqueConstraint("kind", "pool", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    pool: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    reservable: Mapped[bool] = mapped_column(Boolean, default=True)
+    properties: Mapped[list[ItemProperty]] = relationship(
+        back_populates="item", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+
+class ItemProperty(Base):
+    __tablename__ = "item_properties"
+    item_id: Mapped[int] = mapped_column(
+        ForeignKey("items.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(PROPERTY_NAME_LENGTH), primary_key=True)
+    value: Mapped[str] = mapped_column(String(PROPERTY_VALUE_LENGTH))
+    item: Mapped[Item] = relationship(back_populates="properties")
+
+
+class ItemAllocation(Base):
+    """Item ``item_id`` belongs to ``reservation_id`` over [start_date, end_date); on
+    PostgreSQL an exclusion constraint refuses two overlapping rows of one item."""
+
+    __tablename__ = "item_allocations"
+    __table_args__ = (
+        Index("ix_item_allocations_start", "start_date"),
+        Index("ix_item_allocations_end", "end_date"),
+        Index("ix_item_allocations_item", "item_id", "start_date"),
+    )
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    reservation_id: Mapped[str] = mapped_column(ForeignKey("reservations.id"), index=True)
+    lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id"))
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime]
+    reservation: Mapped[Reservation] = relationship(back_populates="item_allocations")
+
+
+class VolumePool(Timestamped, Base):
+    """Storage of ``capacity_gb`` from which volumes are reserved over time."""
+
+    __tablename__ = "volume_pools"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    capacity_gb: Mapped[int] = mapped_column(Integer)
+    reservable: Mapped[bool] = mapped_column(Boolean, default=True)
+    properties: Mapped[list[VolumePoolProperty]] = relationship(
+        back_populates="pool", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+
+class VolumePoolProperty(Base):
+    __tablename__ = "volume_pool_properties"
+    pool_id: Mapped[int] = mapped_column(
+        ForeignKey("volume_pools.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(PROPERTY_NAME_LENGTH), primary_key=True)
+    value: Mapped[str] = mapped_column(String(PROPERTY_VALUE_LENGTH))
+    pool: Mapped[VolumePool] = relationship(back_populates="properties")
+
+
+class VolumeAllocation(Base):
+    """``size_gb`` of pool ``pool_id`` belong to ``reservation_id`` over [start_date,
+    end_date). Rows of one pool overlap; their sum at any instant stays within its capacity."""
+
+    __tablename__ = "volume_allocations"
+    __table_args__ = (Index("ix_volume_allocations_pool", "pool_id", "start_date"),)
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    reservation_id: Mapped[str] = mapped_column(ForeignKey("reservations.id"), index=True)
+    lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("volume_pools.id"))
+    size_gb: Mapped[int] = mapped_column(Integer)
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime]
+    reservation: Mapped[Reservation] = relationship(back_populates="volume_allocations")
+
+
+class InstanceAllocation(Base):
+    """``count`` instances of ``reservation_id`` on host ``host_id`` over [start_date,
+    end_date), using ``vcpus``, ``memory_mb`` and ``disk_gb`` of it in all. Rows of one host
+    overlap; at every instant their sums stay within its ratio-scaled size, and no whole-host
+    allocation of that host overlaps them."""
+
+    __tablename__ = "instance_allocations"
+    __table_args__ = (
+        Index("ix_instance_allocations_start", "start_date"),
+        Index("ix_instance_allocations_end", "end_date"),
+        Index("ix_instance_allocations_host", "host_id", "start_date"),
+    )
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    reservation_id: Mapped[str] = mapped_column(ForeignKey("reservations.id"), index=True)
+    lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    count: Mapped[int] = mapped_column(Integer)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    disk_gb: Mapped[int] = mapped_column(Integer)
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime]
+    reservation: Mapped[Reservation] = relationship(back_populates="instance_allocations")
 
 
 class AllocationChange(Base):

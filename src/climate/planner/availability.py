@@ -93,6 +93,118 @@ class Placer(Protocol):
         """What the reservations would get at ``start``, as admission would choose it; None
         if they do not all fit."""
 
+    def place_window(self, begin: float, end: float) -> list[Placement] | None:
+        """As ``place``, for the window [begin, end) (seconds, any length)."""
+
+    def explain(self, begin: float, end: float) -> list[Shortfall]:
+        """How each reservation stands in [begin, end), taking what admission would give it
+        (at most what is free, even below its min)."""
+
+    def cutoffs(self, begin: float, end: float) -> FloatArray:
+        """The times in (begin, end) at which a window from ``begin`` stops fitting on some
+        resource: the starts of busy spans."""
+
+    def possible_ends(self, begin: float, ends: FloatArray) -> BoolArray:
+        """Per end, whether the reservations might fit over [begin, end): exact for a single
+        reservation, a necessary condition for several."""
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """How one reservation of a request stands in a window."""
+
+    index: int
+    min: int
+    max: int
+    matching: int
+    """Resources matching its properties."""
+    free: int
+    """Of those, free for the whole window."""
+    available: int
+    """Of those, left after the reservations before it in the request took theirs."""
+    released: tuple[float, ...]
+    """When each busy one is free again (the end of its last span in the window), earliest
+    first."""
+
+    @property
+    def fits(self) -> bool:
+        return self.available >= self.min
+
+    @property
+    def rule(self) -> str:
+        """What refuses it: ``too_few_match`` (fewer resources match than its min),
+        ``too_few_free`` (not enough are free for the whole window), ``shared`` (enough are
+        free, but reservations before it in the request take them), or ``fits``."""
+        if self.fits:
+            return "fits"
+        if self.matching < self.min:
+            return "too_few_match"
+        return "too_few_free" if self.free < self.min else "shared"
+
+    @property
+    def enough_free_by(self) -> float | None:
+        """When ``min`` would be free if nothing else were booked, for ``too_few_free``."""
+        needed = self.min - self.free
+        if self.rule != "too_few_free" or needed > len(self.released):
+            return None
+        return self.released[needed - 1]
+
+
+def longest(placers: Sequence[Placer], begin: float, end: float, shortest: float) -> float | None:
+    """The latest end in [begin + shortest, end) such that every placer's reservations fit over
+    [begin, that end), or None. Whether they fit changes only where a busy span starts, so
+    those are the only ends tried, latest first."""
+    ends = np.unique(np.concatenate([p.cutoffs(begin, end) for p in placers]))[::-1]
+    ends = ends[ends >= begin + shortest]
+    possible = np.ones(len(ends), dtype=np.bool_)
+    for placer in placers:
+        possible &= placer.possible_ends(begin, ends)
+    for attempt, until in enumerate(ends[possible].tolist()):
+        if attempt == MAX_ATTEMPTS:
+            break
+        if all(p.place_window(begin, until) is not None for p in placers):
+            return float(until)
+    return None
+
+
+@dataclass(frozen=True)
+class CounterOffer:
+    """A window and counts that would be admitted instead of a refused request."""
+
+    kind: str
+    """``later_start``: the same length and counts, at the earliest start of the search;
+    ``fewer_hosts``: the same window, each reservation cut to what it can get;
+    ``shorter``: the same start and counts, the latest end that fits."""
+    start: float
+    end: float
+    counts: tuple[tuple[int, int], ...] | None
+    """(min, max) per reservation in request order; None: as requested."""
+    below_request: bool
+    """Some reservation gets fewer than its min."""
+
+
+def counter_offers(
+    placers: Sequence[Placer], search: SearchRange, begin: float, end: float, shortest: float
+) -> tuple[list[Shortfall], list[CounterOffer]]:
+    """Why the request does not fit in [begin, end), and what would: the earliest start in
+    ``search`` (same length), the most resources in the window, the longest lease from
+    ``begin`` lasting at least ``shortest`` seconds."""
+    shortfalls = sorted((s for p in placers for s in p.explain(begin, end)), key=lambda s: s.index)
+    offers = [
+        CounterOffer("later_start", w.start, w.start + end - begin, None, False)
+        for w in earliest(placers, search, 1)
+    ]
+    if not all(s.fits for s in shortfalls) and all(s.available for s in shortfalls):
+        counts = tuple(
+            (min(s.min, s.available, s.max), min(s.max, s.available)) for s in shortfalls
+        )
+        below = any(low < s.min for (low, _), s in zip(counts, shortfalls, strict=True))
+        offers.append(CounterOffer("fewer_hosts", begin, end, counts, below))
+    until = longest(placers, begin, end, shortest)
+    if until is not None:
+        offers.append(CounterOffer("shorter", begin, until, None, False))
+    return shortfalls, offers
+
 
 def earliest(placers: Sequence[Placer], search: SearchRange, limit: int) -> list[Window]:
     """The ``limit`` earliest starts at which every placer's reservations fit at once."""
@@ -175,13 +287,13 @@ class HostPlacer:
         self._requests = requests
         self._search = search
         # Reservations over the same hosts compete for them, in request order.
-        groups: dict[bytes, tuple[FreeCounter, list[HostRequest]]] = {}
+        sets: dict[bytes, list[HostRequest]] = {}
         for request in requests:
-            key = request.hosts.ids.tobytes()
-            if key not in groups:
-                groups[key] = (FreeCounter(calendar, request.hosts, search), [])
-            groups[key][1].append(request)
-        self._groups = list(groups.values())
+            sets.setdefault(request.hosts.ids.tobytes(), []).append(request)
+        self._sets = list(sets.values())
+        self._groups = [
+            (FreeCounter(calendar, members[0].hosts, search), members) for members in self._sets
+        ]
 
     def candidates(self) -> FloatArray:
         return np.concatenate([self._search.on_grid(c.ends) for c, _ in self._groups])
@@ -199,14 +311,17 @@ class HostPlacer:
         return fits
 
     def place(self, start: int) -> list[Placement] | None:
-        begin, end = moment(start), moment(start + self._search.duration)
+        return self.place_window(start, start + self._search.duration)
+
+    def place_window(self, begin: float, end: float) -> list[Placement] | None:
+        begin_at, end_at = moment(begin), moment(end)
         taken: list[int] = []
         placed = []
         for request in self._requests:
-            view = self._calendar.view(request.hosts, begin, end)
+            view = self._calendar.view(request.hosts, begin_at, end_at)
             if taken:
                 view = dataclasses.replace(view, free=view.free & ~np.isin(view.ids, taken))
-            demand = HostDemand(start=begin, end=end, min=request.min, max=request.max)
+            demand = HostDemand(start=begin_at, end=end_at, min=request.min, max=request.max)
             try:
                 chosen = choose_hosts(demand, view)
             except NotEnoughCapacity:
@@ -217,6 +332,60 @@ class HostPlacer:
             available = int(np.count_nonzero(view.free))
             placed.append(Placement(request.index, tuple(chosen), names, available))
         return placed
+
+    def explain(self, begin: float, end: float) -> list[Shortfall]:
+        begin_at, end_at = moment(begin), moment(end)
+        taken: list[int] = []
+        found = []
+        for request in self._requests:
+            view = self._calendar.view(request.hosts, begin_at, end_at)
+            free = int(np.count_nonzero(view.free))
+            released = tuple(np.sort(view.released[~view.free]).tolist())
+            if taken:
+                view = dataclasses.replace(view, free=view.free & ~np.isin(view.ids, taken))
+            # What admission would grant if min were lowered to what is left: as many as it may.
+            demand = HostDemand(start=begin_at, end=end_at, min=0, max=request.max)
+            chosen = choose_hosts(demand, view)
+            taken += chosen
+            available = int(np.count_nonzero(view.free))
+            found.append(
+                Shortfall(
+                    request.index,
+                    request.min,
+                    request.max,
+                    len(request.hosts.ids),
+                    free,
+                    available,
+                    released,
+                )
+            )
+        return found
+
+    def cutoffs(self, begin: float, end: float) -> FloatArray:
+        hosts = [request.hosts for request in self._requests]
+        starts = [self._calendar.spans_of(h, begin, end)[1] for h in hosts]
+        found = np.concatenate(starts)
+        return found[found > begin]
+
+    def possible_ends(self, begin: float, ends: FloatArray) -> BoolArray:
+        """Admission's rule on counts alone, as ``possible``: exact when reservations share
+        all their hosts or none."""
+        fits = np.ones(len(ends), dtype=np.bool_)
+        latest = float(ends.max(initial=begin))
+        for members in self._sets:
+            # Per host, until when a window from ``begin`` is free on it (``begin``: not at all).
+            hosts = members[0].hosts
+            position, starts, _ = self._calendar.spans_of(hosts, begin, latest)
+            until = np.full(len(hosts.ids), np.inf)
+            first = np.ones(len(position), dtype=np.bool_)
+            first[1:] = position[1:] != position[:-1]
+            until[position[first]] = np.maximum(starts[first], begin)
+            order = np.sort(until)
+            left = len(order) - np.searchsorted(order, ends, side="left")
+            for request in members:
+                fits &= left >= request.min
+                left = left - np.minimum(left, request.max)
+        return fits
 
 
 @dataclass(frozen=True)

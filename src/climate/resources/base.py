@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sqlalchemy.orm import Session
 
+from climate.config import Settings
 from climate.db.tables import Reservation
 from climate.errors import InvalidInput
+from climate.planner.query import parse_query
 
 
 class ResourceType(abc.ABC):
@@ -23,6 +26,11 @@ class ResourceType(abc.ABC):
 
     name: ClassVar[str]
     before_end_actions: ClassVar[frozenset[str]] = frozenset({"default"})
+
+    def configure(self, settings: Settings) -> None:
+        """Take the operator's settings (called once, when the service context is built);
+        most types need none."""
+        return None
 
     @abc.abstractmethod
     def validate(
@@ -87,3 +95,39 @@ def reject_unknown(raw: Mapping[str, Any], allowed: frozenset[str], field: str) 
         raise InvalidInput(
             f"{field}.{unknown[0]}", f"unknown field; allowed: {', '.join(sorted(allowed))}"
         )
+
+
+def text_field(field_name: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
+        raise InvalidInput(field_name, f"must be a non-empty string, not {value!r}")
+    text = str(value).strip()
+    if len(text) > 255:
+        raise InvalidInput(field_name, "at most 255 characters")
+    return text
+
+
+def before_end_field(actions: frozenset[str], merged: Mapping[str, Any], field_name: str) -> str:
+    before_end = merged.get("before_end") or "default"
+    if not isinstance(before_end, str) or before_end not in actions:
+        offered = ", ".join(sorted(actions))
+        raise InvalidInput(
+            f"{field_name}.before_end", f"must be one of {offered}, not {before_end!r}"
+        )
+    return before_end
+
+
+def query_field(merged: Mapping[str, Any], key: str, field_name: str) -> str:
+    value = merged.get(key) or ""
+    if not isinstance(value, str | list):
+        raise InvalidInput(f"{field_name}.{key}", "must be a JSON query string")
+    parse_query(f"{field_name}.{key}", value)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def merged_fields(
+    raw: Mapping[str, Any], current: Mapping[str, Any] | None, allowed: frozenset[str], where: str
+) -> dict[str, Any]:
+    reject_unknown(raw, allowed, where)
+    merged: dict[str, Any] = dict(current or {})
+    merged.update(raw)
+    return merged

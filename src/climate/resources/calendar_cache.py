@@ -1,10 +1,14 @@
-"""This process's in-memory calendar of host allocations, kept in step with the database.
+"""This process's in-memory calendar of one allocation table, kept in step with the database.
 
-Admission asks it what is busy around a window instead of scanning ``host_allocations``. It is
+Admission asks it what is busy around a window instead of scanning the allocations (of hosts in
+``host_allocations``, of one kind of item in ``item_allocations``: an ``AllocationStore``). It is
 only read and changed under the admission lock, whose version numbers every committed change:
 before use, the cache reloads just the reservations logged in ``allocation_changes`` since the
 version it reflects (other processes' admissions), or everything if the log no longer reaches
 back. Changes made in a transaction are applied at once and undone if it rolls back.
+
+The log is shared by every calendar: reservation ids are unique across resource types, so a
+calendar catching up drops the changed reservations it holds and reloads those its store has.
 """
 
 from __future__ import annotations
@@ -12,27 +16,98 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
+from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
-from climate.db.tables import HostAllocation
 from climate.planner.calendar import Calendar, HostSet, Span, seconds
 from climate.planner.hosts import HostsView
 
 # Allocations that ended this long before the cache was loaded are left out of it.
 HISTORY = dt.timedelta(days=30)
 SYNCED = "calendar_synced"
+STALE = "calendar_stale"
 
 
 def _span(row: host_rows.SpanRow) -> Span:
     return Span(row.host_id, seconds(row.start), seconds(row.end), row.reservation_id)
 
 
+class AllocationStore(Protocol):
+    """An allocation table whose rows never overlap per resource (its integer id)."""
+
+    name: str
+
+    def spans_since(self, session: Session, since: dt.datetime) -> list[host_rows.SpanRow]: ...
+
+    def spans_of(
+        self, session: Session, reservation_ids: Collection[str]
+    ) -> list[host_rows.SpanRow]: ...
+
+    def replace(
+        self,
+        session: Session,
+        reservation_id: str,
+        lease_id: str,
+        resource_ids: Iterable[int],
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        fresh: bool = False,
+    ) -> Sequence[Any]: ...
+
+    def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None: ...
+
+
+class HostAllocations:
+    """``host_allocations`` as an ``AllocationStore``, with each host's instance usage as busy
+    spans of a synthetic owner (``db.instances.usage_owner``): a host running instances in a
+    window is not free to be reserved whole in it (docs/architecture.md)."""
+
+    name = "hosts"
+
+    def spans_since(self, session: Session, since: dt.datetime) -> list[host_rows.SpanRow]:
+        return [
+            *host_rows.spans_since(session, since),
+            *instance_rows.usage_spans(session, since=since),
+        ]
+
+    def spans_of(
+        self, session: Session, reservation_ids: Collection[str]
+    ) -> list[host_rows.SpanRow]:
+        usage = {h for h in map(instance_rows.host_of_owner, reservation_ids) if h is not None}
+        found = host_rows.spans_of(session, reservation_ids)
+        if usage:
+            found += instance_rows.usage_spans(session, host_ids=usage)
+        return found
+
+    def replace(
+        self,
+        session: Session,
+        reservation_id: str,
+        lease_id: str,
+        resource_ids: Iterable[int],
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        fresh: bool = False,
+    ) -> Sequence[Any]:
+        return host_rows.replace_allocations(
+            session, reservation_id, lease_id, resource_ids, start, end, fresh=fresh
+        )
+
+    def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
+        host_rows.truncate_allocations(session, reservation_id, at)
+
+
 class CalendarCache:
-    def __init__(self) -> None:
+    def __init__(self, store: AllocationStore | None = None) -> None:
+        self._store: AllocationStore = store or HostAllocations()
+        self._synced = f"{SYNCED}:{self._store.name}"
         self._calendar = Calendar()
         self._version: int | None = None
         self._guard = threading.Lock()
@@ -41,17 +116,24 @@ class CalendarCache:
 
     def sync(self, session: Session) -> None:
         """Bring the calendar up to the last committed admission before this transaction."""
-        if session.info.get(SYNCED):
-            return
         ours = self._lock_version(session)
-        with self._guard:
-            if self._version is None:
-                self._reload(session)
-            elif self._version < ours - 1:
-                self._catch_up(session, self._version)
-            self._version = ours - 1
-        session.info[SYNCED] = True
-        self._on(session, "on_commit", lambda: self._set_version(ours))
+        if not session.info.get(self._synced):
+            stale = self._stale(session)
+            if stale:
+                # Loading now reads this transaction's uncommitted changes of those owners,
+                # which no undo covers: if it rolls back, load everything again.
+                self._on(session, "on_rollback", lambda: self._set_version(None))
+            with self._guard:
+                if self._version is None:
+                    self._reload(session)
+                elif self._version < ours - 1:
+                    self._catch_up(session, self._version)
+                self._version = ours - 1
+            session.info[self._synced] = True
+            # Owners marked stale after the last read are not in the calendar at commit: then
+            # the next transaction catches up on this one's changes too.
+            self._on(session, "on_commit", lambda: self._set_version(ours - bool(stale)))
+        self._refresh_stale(session)
 
     @contextlib.contextmanager
     def reading(self, session: Session) -> Iterator[Calendar]:
@@ -78,22 +160,46 @@ class CalendarCache:
             return
         for owner in changed:
             self._calendar.drop_owner(owner)
-        for row in host_rows.spans_of(session, changed):
+        for row in self._store.spans_of(session, changed):
             self._calendar.add(_span(row))
 
     def _reload(self, session: Session) -> None:
         since = dt.datetime.now(dt.UTC) - HISTORY
-        self._calendar = Calendar.of(_span(row) for row in host_rows.spans_since(session, since))
+        self._calendar = Calendar.of(_span(row) for row in self._store.spans_since(session, since))
 
-    def _set_version(self, version: int) -> None:
+    def _set_version(self, version: int | None) -> None:
         with self._guard:
             self._version = version
+
+    @staticmethod
+    def mark_stale(session: Session, store: str, owners: Collection[str]) -> None:
+        """Another resource type changed what ``owners`` hold in ``store``'s calendar (a host's
+        instance usage): log it for other processes, and for this process's calendar, which
+        reloads them when next read in this transaction, or else in the next one."""
+        host_rows.record_changes(session, CalendarCache._lock_version(session), owners)
+        session.info.setdefault(f"{STALE}:{store}", set()).update(owners)
+
+    def _stale(self, session: Session) -> set[str]:
+        found: set[str] = session.info.setdefault(f"{STALE}:{self._store.name}", set())
+        return found
+
+    def _refresh_stale(self, session: Session) -> None:
+        stale = self._stale(session)
+        if not stale:
+            return
+        owners = sorted(stale)
+        stale.clear()
+        new: dict[str, list[Span]] = {owner: [] for owner in owners}
+        for row in self._store.spans_of(session, owners):
+            new[row.reservation_id].append(_span(row))
+        for owner, spans in new.items():
+            self._swap(session, owner, spans, log=False)
 
     @staticmethod
     def _lock_version(session: Session) -> int:
         version = session.info.get("lock_version")
         if version is None:
-            raise RuntimeError("host allocations change only under the admission lock")
+            raise RuntimeError("allocations change only under the admission lock")
         return int(version)
 
     @staticmethod
@@ -131,12 +237,14 @@ class CalendarCache:
         end: dt.datetime,
         *,
         fresh: bool = False,
-    ) -> list[HostAllocation]:
-        """Give ``reservation_id`` exactly ``host_ids`` over [start, end), in the database and
-        here (``fresh``: it holds nothing yet); returns the new allocations."""
+    ) -> list[Any]:
+        """Give ``reservation_id`` exactly ``host_ids`` (or items) over [start, end), in the
+        database and here (``fresh``: it holds nothing yet); returns the new allocations."""
         self.sync(session)
-        rows = host_rows.replace_allocations(
-            session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+        rows = list(
+            self._store.replace(
+                session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+            )
         )
         new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
         self._swap(session, reservation_id, new)
@@ -145,12 +253,15 @@ class CalendarCache:
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
         """End the reservation's allocations at ``at``, in the database and here."""
         self.sync(session)
-        host_rows.truncate_allocations(session, reservation_id, at)
-        new = [_span(row) for row in host_rows.spans_of(session, [reservation_id])]
+        self._store.truncate(session, reservation_id, at)
+        new = [_span(row) for row in self._store.spans_of(session, [reservation_id])]
         self._swap(session, reservation_id, new)
 
-    def _swap(self, session: Session, reservation_id: str, new: list[Span]) -> None:
-        host_rows.record_changes(session, self._lock_version(session), [reservation_id])
+    def _swap(
+        self, session: Session, reservation_id: str, new: list[Span], *, log: bool = True
+    ) -> None:
+        if log:
+            host_rows.record_changes(session, self._lock_version(session), [reservation_id])
         with self._guard:
             old = self._calendar.drop_owner(reservation_id)
             for span in new:

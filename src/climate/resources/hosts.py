@@ -65,10 +65,7 @@ class Inventory:
         version = host_rows.inventory_version(session)
         key = (hypervisor_properties, resource_properties)
         with self._lock:
-            if version != self._version:
-                self._records = host_rows.reservable_records(session, HOST_COLUMNS)
-                self._matches = {}
-                self._version = version
+            self._refresh(session, version)
             found = self._matches.get(key)
             if found is None:
                 queries = [
@@ -84,6 +81,19 @@ class Inventory:
                     self._matches.clear()
                 self._matches[key] = found
             return found
+
+    def records(self, session: Session) -> list[host_rows.HostRecord]:
+        """Every reservable host with its columns and extra properties."""
+        version = host_rows.inventory_version(session)
+        with self._lock:
+            self._refresh(session, version)
+            return self._records
+
+    def _refresh(self, session: Session, version: int) -> None:
+        if version != self._version:
+            self._records = host_rows.reservable_records(session, HOST_COLUMNS)
+            self._matches = {}
+            self._version = version
 
 
 class PhysicalHostType(ResourceType):

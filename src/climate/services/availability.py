@@ -8,7 +8,7 @@ import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlalchemy.orm import Session
 
@@ -19,7 +19,10 @@ from climate.planner.query import parse_query
 from climate.resources import pick
 from climate.resources.calendar_cache import HISTORY
 from climate.services.context import ServiceContext
-from climate.services.leases import ReservationRequest
+
+if TYPE_CHECKING:
+    # Not at run time: services.leases imports services.offers, which imports this module.
+    from climate.services.leases import ReservationRequest
 
 RULE = "climate:availability:get"
 NAMES_RULE = "blazar:oshosts:get"

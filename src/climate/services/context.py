@@ -35,6 +35,8 @@ class ServiceContext:
 
     def __post_init__(self) -> None:
         self.policy = load_policy(self.settings.admin_role, self.settings.policy_file)
+        for resource_type in self.resource_types.values():
+            resource_type.configure(self.settings)
 
     def events_changed(self, session: Session, earliest: dt.datetime) -> None:
         """Events now wait from ``earliest`` on: at commit, tell the managers of other processes

@@ -11,10 +11,13 @@ from sqlalchemy.orm import Session
 
 from climate.db import audit
 from climate.db import hosts as host_rows
+from climate.db import instances as instance_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
 from climate.errors import Conflict, InvalidInput, NotFound, ResourceInUse
+from climate.resources.calendar_cache import CalendarCache
+from climate.resources.instances import RATIOS, parse_ratio
 from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
@@ -98,13 +101,20 @@ class HostService:
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             host = _load(session, host_id)
-            holders = host_rows.leases_holding(session, host.id, now)
+            holders = sorted(
+                {
+                    *host_rows.leases_holding(session, host.id, now),
+                    *instance_rows.leases_holding(session, host.id, now),
+                }
+            )
             if holders:
                 raise ResourceInUse(
                     f"host {host.id} ({host.hypervisor_hostname}) has current or future "
                     f"allocations in lease(s) {', '.join(holders)}"
                 )
             _audit(session, now, actor, "host.delete", host, {"name": host.hypervisor_hostname})
+            instance_rows.remove_for_host(session, host.id)
+            CalendarCache.mark_stale(session, "hosts", [instance_rows.usage_owner(host.id)])
             host_rows.remove(session, host, session.info["lock_version"])
             host_rows.bump_inventory(session)
 
@@ -254,6 +264,8 @@ def _split(
             if not isinstance(value, bool):
                 raise InvalidInput(key, "must be true or false")
             columns[key] = value
+        elif key in RATIOS and value is not None:
+            properties[key] = str(parse_ratio(key, value))
         elif value is None:
             if creating:
                 raise InvalidInput(key, "a new property needs a value")

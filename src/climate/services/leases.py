@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from climate.domain.status import (
 from climate.errors import Conflict, InvalidInput, NotFound
 from climate.notify import enqueue_lease
 from climate.resources import pick
+from climate.services import offers
 from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 # A start given as a date may lag the clock by this much (a client rounding "now" to the minute).
@@ -47,6 +49,11 @@ class LeaseRequest:
     end: dt.datetime
     before_end: dt.datetime | None = None
     reservations: Sequence[ReservationRequest] = ()
+    duration: dt.timedelta | None = None
+    """A flexible window: the lease lasts this long, at the earliest start in [start, end]
+    where it fits (``start`` and ``end`` are then ``earliest_start`` and ``latest_end``)."""
+    dry_run: bool = False
+    """Answer what would happen and write nothing."""
 
 
 @dataclass(frozen=True)
@@ -110,13 +117,17 @@ class LeaseService:
     # -- writes ------------------------------------------------------------------------------
 
     def create(self, actor: Actor, request: LeaseRequest) -> Lease:
-        """Admit and record a lease, all or nothing.
+        """Admit and record a lease, all or nothing. A flexible window (``duration``) is placed
+        first (``offers.create_flexible``); a dry run is rolled back; a refusal carries its reason
+        and counter-offers (docs/admission.md).
 
         :raises InvalidInput: a field is wrong (named in the message).
         :raises NotEnoughCapacity: not enough matching resources are free for the whole window.
         :raises Conflict: the project already has a live lease of that name.
         """
         self.ctx.policy.enforce(actor, "blazar:leases:post", _owned_by(actor))
+        if request.duration is not None:
+            return offers.create_flexible(self, actor, request, request.duration)
         now = self.ctx.clock.now()
         _check_name(request.name)
         start = self._check_start(request.start, now)
@@ -133,12 +144,11 @@ class LeaseService:
             for i, r in enumerate(request.reservations)
         ]
         before_end = self._before_end(request.before_end, start, request.end)
-        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            if lease_rows.name_taken(session, actor.project_id, request.name):
-                raise Conflict(
-                    f"name: a lease named {request.name!r} already exists in project "
-                    f"{actor.project_id}"
-                )
+        with (
+            offers.explaining(self.ctx, request, start, [params for params, _ in prepared]),
+            contextlib.suppress(offers.DryRun),
+            self.ctx.db.transaction() as session,
+        ):
             lease_id = new_id()
             lease = Lease(
                 id=lease_id,
@@ -183,14 +193,24 @@ class LeaseService:
                 ),
             )
             # Written with Core inserts and kept outside the session: nothing to flush or reload.
+            # These rows are invisible to others until commit, so they go before the admission
+            # lock: only the name check and the capacity decision are serialised.
             lease_rows.insert_new(session, lease)
+            _audit(session, now, actor, "lease.create", lease, _window(lease))
+            self.ctx.db.lock(session, ADMISSION_LOCK)
+            if lease_rows.name_taken(session, actor.project_id, request.name, other_than=lease_id):
+                raise Conflict(
+                    f"name: a lease named {request.name!r} already exists in project "
+                    f"{actor.project_id}"
+                )
             for reservation in lease.reservations:
                 self.ctx.resource_types[reservation.resource_type].admit(
                     session, reservation, start, request.end, active=False, now=now
                 )
             self._notify(session, "lease.create", lease, now)
-            _audit(session, now, actor, "lease.create", lease, _window(lease))
             self.ctx.events_changed(session, start)
+            if request.dry_run:
+                raise offers.DryRun  # undoes every write above; the lease stays as built
         return lease  # fully loaded: the notification above rendered all of it
 
     def update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
@@ -201,9 +221,10 @@ class LeaseService:
         """
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            held = lease_rows.hold_waiting_events(session, lease_id)
             lease = self._load(session, actor, lease_id, "blazar:leases:put")
             before = _window(lease)
-            active = lease.status != LeaseStatus.PENDING
+            active = _started(lease, held)
             if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
                 raise Conflict(f"lease {lease.id} is {lease.status} and can no longer be changed")
             if changes.name is not None and changes.name != lease.name:
@@ -243,7 +264,7 @@ class LeaseService:
             elif changes.before_end is not None or reshaped:
                 before_end = self._before_end(changes.before_end, start, end)
             lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
-            self._retime_events(lease, now)
+            self._retime_events(lease, held, now)
             lease.updated_at = now
             session.flush()
             self._notify(session, "lease.update", lease, now)
@@ -261,15 +282,15 @@ class LeaseService:
         """Delete a lease; a running one ends now and its resources go back to the free pool."""
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            held = lease_rows.hold_waiting_events(session, lease_id)
             lease = self._load(session, actor, lease_id, "blazar:leases:delete")
             self._notify(session, "lease.delete", lease, now)
             _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
             lease.deleted_at = now
             lease.updated_at = now
-            # A start a manager is running counts as started: that manager will write ACTIVE.
-            starting = any(e.status == EventStatus.IN_PROGRESS for e in lease.events)
-            if lease.status == LeaseStatus.PENDING and not starting:
-                lease_rows.drop_pending_events(session, lease.id)
+            if not _started(lease, held):
+                for event in held:
+                    session.delete(event)
                 check_lease_transition(lease.status, LeaseStatus.TERMINATED)
                 lease.status = LeaseStatus.TERMINATED
                 for reservation in lease.reservations:
@@ -278,14 +299,12 @@ class LeaseService:
                     )
                     reservation.status = ReservationStatus.DELETED
             elif lease.status != LeaseStatus.TERMINATED:
-                # The manager takes the resources back through the backend, now.
-                for event in lease.events:
-                    if (
-                        event.event_type == EventType.END_LEASE
-                        and event.status == EventStatus.UNDONE
-                    ):
+                # The manager takes the resources back through the backend, now. Events a
+                # manager has taken meanwhile are left to it: they run before the end.
+                for event in held:
+                    if event.event_type == EventType.END_LEASE:
                         event.time = event.not_before = now
-                    elif event.status == EventStatus.UNDONE:
+                    else:
                         session.delete(event)
                 for reservation in lease.reservations:
                     self.ctx.resource_types[reservation.resource_type].release(
@@ -350,15 +369,16 @@ class LeaseService:
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, lease: Lease, now: dt.datetime) -> None:
+    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> None:
+        """Move the ``held`` events to the lease's dates; add a new warning if it is due again."""
         wanted = {
             EventType.START_LEASE: lease.start_date,
             EventType.END_LEASE: lease.end_date,
             EventType.BEFORE_END_LEASE: lease.before_end_date,
         }
-        for event in lease.events:
+        for event in held:
             when = wanted.get(EventType(event.event_type))
-            if event.status == EventStatus.UNDONE and when is not None and event.time != when:
+            if when is not None and event.time != when:
                 event.time = event.not_before = when
                 event.updated_at = now
         # A running lease whose end moved later gets its warning again before the new end.
@@ -394,6 +414,15 @@ def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) 
         done_at=None,
         created_at=now,
         updated_at=None,
+    )
+
+
+def _started(lease: Lease, held: Sequence[Event]) -> bool:
+    """Whether the lease has started, or a manager is starting it: its status has moved on, or
+    its start is not among its waiting events, ``held`` by this transaction (a manager took it
+    and will write ACTIVE, even if the lease still shows PENDING)."""
+    return lease.status != LeaseStatus.PENDING or all(
+        e.event_type != EventType.START_LEASE for e in held
     )
 
 

@@ -1,0 +1,160 @@
+"""/v1/devices, /v1/networks, /v1/floatingips and /v1/volume-pools: inventories of the resource
+types other than hosts, with their allocations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from climate import wire
+from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
+from climate.api.hosts import FiltersDep
+from climate.api.parsing import json_object
+from climate.resources.items import DEVICES, FLOATING_IPS, NETWORKS, Kind
+from climate.services.items import ItemAllocations
+from climate.services.volume_pools import PoolAllocations
+
+PATHS = {DEVICES.kind: "devices", NETWORKS.kind: "networks", FLOATING_IPS.kind: "floatingips"}
+"""Each kind's path under /v1, which is also its list's key; the singular is its object's."""
+
+
+def _reservation(
+    reservation_id: str, lease_id: str, start: Any, end: Any, **extra: object
+) -> dict[str, object]:
+    return {
+        "id": reservation_id,
+        "lease_id": lease_id,
+        "start_date": wire.lease_date(start),
+        "end_date": wire.lease_date(end),
+        **extra,
+    }
+
+
+def _item_allocation(found: ItemAllocations) -> dict[str, object]:
+    return {
+        "resource_id": str(found.item_id),
+        "reservations": [
+            _reservation(r.reservation_id, r.lease_id, r.start, r.end) for r in found.reservations
+        ],
+    }
+
+
+def _pool_allocation(found: PoolAllocations) -> dict[str, object]:
+    return {
+        "resource_id": str(found.pool_id),
+        "reservations": [
+            _reservation(r.reservation_id, r.lease_id, r.start, r.end, size_gb=r.size_gb)
+            for r in found.reservations
+        ],
+    }
+
+
+def item_router(kind: Kind) -> APIRouter:
+    path = PATHS[kind.kind]
+    singular = path.removesuffix("s")
+    router = APIRouter(prefix=f"/v1/{path}", tags=[path])
+
+    def render(items: Sequence[Any]) -> list[dict[str, Any]]:
+        return [wire.item(i, kind) for i in items]
+
+    @router.get("", name=f"list_{path}")
+    def list_items(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
+        return JSONResponse({path: render(services.items[kind.kind].list_all(actor, page))})
+
+    @router.post("", status_code=201, name=f"create_{singular}")
+    def create_item(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
+        item = services.items[kind.kind].create(actor, json_object(body))
+        return JSONResponse({singular: wire.item(item, kind)}, status_code=201)
+
+    @router.get("/allocations", name=f"list_{singular}_allocations")
+    def list_allocations(
+        services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
+    ) -> JSONResponse:
+        """A page of items (by id; ``marker`` is a ``resource_id``) with their allocations."""
+        found = services.items[kind.kind].allocations(actor, page=page, **filters.as_arguments())
+        return JSONResponse({"allocations": [_item_allocation(a) for a in found]})
+
+    @router.get("/{item_id}", name=f"show_{singular}")
+    def show_item(services: ServicesDep, actor: ActorDep, item_id: str) -> JSONResponse:
+        return JSONResponse(
+            {singular: wire.item(services.items[kind.kind].get(actor, item_id), kind)}
+        )
+
+    @router.put("/{item_id}", name=f"update_{singular}")
+    def update_item(
+        services: ServicesDep, actor: ActorDep, item_id: str, body: BodyDep
+    ) -> JSONResponse:
+        item = services.items[kind.kind].update(actor, item_id, json_object(body))
+        return JSONResponse({singular: wire.item(item, kind)})
+
+    @router.delete("/{item_id}", status_code=204, name=f"delete_{singular}")
+    def delete_item(services: ServicesDep, actor: ActorDep, item_id: str) -> Response:
+        services.items[kind.kind].delete(actor, item_id)
+        return Response(status_code=204)
+
+    @router.get("/{item_id}/allocation", name=f"show_{singular}_allocation")
+    def show_allocation(
+        services: ServicesDep, actor: ActorDep, item_id: str, filters: FiltersDep
+    ) -> JSONResponse:
+        found = services.items[kind.kind].allocations(
+            actor, item_id=item_id, **filters.as_arguments()
+        )
+        return JSONResponse({"allocation": _item_allocation(found[0])})
+
+    return router
+
+
+pools = APIRouter(prefix="/v1/volume-pools", tags=["volume-pools"])
+
+
+@pools.get("")
+def list_pools(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
+    found = services.volume_pools.list_all(actor, page)
+    return JSONResponse({"volume_pools": [wire.volume_pool(p) for p in found]})
+
+
+@pools.post("", status_code=201)
+def create_pool(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
+    pool = services.volume_pools.create(actor, json_object(body))
+    return JSONResponse({"volume_pool": wire.volume_pool(pool)}, status_code=201)
+
+
+@pools.get("/allocations")
+def list_pool_allocations(
+    services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
+) -> JSONResponse:
+    """A page of pools (by id) with their allocations, each with its ``size_gb``."""
+    found = services.volume_pools.allocations(actor, page=page, **filters.as_arguments())
+    return JSONResponse({"allocations": [_pool_allocation(a) for a in found]})
+
+
+@pools.get("/{pool_id}")
+def show_pool(services: ServicesDep, actor: ActorDep, pool_id: str) -> JSONResponse:
+    return JSONResponse(
+        {"volume_pool": wire.volume_pool(services.volume_pools.get(actor, pool_id))}
+    )
+
+
+@pools.put("/{pool_id}")
+def update_pool(
+    services: ServicesDep, actor: ActorDep, pool_id: str, body: BodyDep
+) -> JSONResponse:
+    pool = services.volume_pools.update(actor, pool_id, json_object(body))
+    return JSONResponse({"volume_pool": wire.volume_pool(pool)})
+
+
+@pools.delete("/{pool_id}", status_code=204)
+def delete_pool(services: ServicesDep, actor: ActorDep, pool_id: str) -> Response:
+    services.volume_pools.delete(actor, pool_id)
+    return Response(status_code=204)
+
+
+@pools.get("/{pool_id}/allocation")
+def show_pool_allocation(
+    services: ServicesDep, actor: ActorDep, pool_id: str, filters: FiltersDep
+) -> JSONResponse:
+    found = services.volume_pools.allocations(actor, pool_id=pool_id, **filters.as_arguments())
+    return JSONResponse({"allocation": _pool_allocation(found[0])})

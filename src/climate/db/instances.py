@@ -1,0 +1,230 @@
+"""Instance allocations: what instance reservations use of each host, and when."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from climate.db.hosts import SpanRow
+from climate.db.tables import HostAllocation, InstanceAllocation, Lease, new_id, table_of
+
+OWNER_PREFIX = "instances:"
+"""Owner of a host's instance usage in the whole-host calendar (see ``usage_spans``)."""
+
+
+def usage_owner(host_id: int) -> str:
+    return f"{OWNER_PREFIX}{host_id}"
+
+
+def host_of_owner(owner: str) -> int | None:
+    """The host whose instance usage ``owner`` stands for; None for a real reservation."""
+    return int(owner[len(OWNER_PREFIX) :]) if owner.startswith(OWNER_PREFIX) else None
+
+
+@dataclass(frozen=True, slots=True)
+class UseRow:
+    host_id: int
+    start: dt.datetime
+    end: dt.datetime
+    vcpus: int
+    memory_mb: int
+    disk_gb: int
+
+
+_COLUMNS = (
+    InstanceAllocation.host_id,
+    InstanceAllocation.start_date,
+    InstanceAllocation.end_date,
+    InstanceAllocation.vcpus,
+    InstanceAllocation.memory_mb,
+    InstanceAllocation.disk_gb,
+)
+
+
+def uses(
+    session: Session,
+    host_ids: Collection[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    other_than: str,
+) -> list[UseRow]:
+    """What reservations other than ``other_than`` use of ``host_ids`` over [start, end)."""
+    rows = session.execute(
+        select(*_COLUMNS).where(
+            InstanceAllocation.host_id.in_(list(host_ids)),
+            InstanceAllocation.start_date < end,
+            InstanceAllocation.end_date > start,
+            InstanceAllocation.reservation_id != other_than,
+        )
+    )
+    return [UseRow(*row) for row in rows]
+
+
+def reserved_whole(
+    session: Session, host_ids: Collection[int], start: dt.datetime, end: dt.datetime
+) -> set[int]:
+    """Those of ``host_ids`` that a ``physical:host`` reservation holds in [start, end)."""
+    rows = session.execute(
+        select(HostAllocation.host_id)
+        .where(
+            HostAllocation.host_id.in_(list(host_ids)),
+            HostAllocation.start_date < end,
+            HostAllocation.end_date > start,
+        )
+        .distinct()
+    )
+    return {row[0] for row in rows}
+
+
+def hosts_of(session: Session, reservation_id: str) -> set[int]:
+    rows = session.execute(
+        select(InstanceAllocation.host_id).where(
+            InstanceAllocation.reservation_id == reservation_id
+        )
+    )
+    return {row[0] for row in rows}
+
+
+def replace(
+    session: Session,
+    reservation_id: str,
+    lease_id: str,
+    placement: Mapping[int, int],
+    size: tuple[int, int, int],
+    start: dt.datetime,
+    end: dt.datetime,
+) -> list[InstanceAllocation]:
+    """Give the reservation ``placement`` (instances per host) of ``size`` each over
+    [start, end), and nothing else; returns the rows as objects outside the session."""
+    session.execute(
+        delete(InstanceAllocation).where(InstanceAllocation.reservation_id == reservation_id)
+    )
+    vcpus, memory_mb, disk_gb = size
+    rows = [
+        {
+            "id": new_id(),
+            "reservation_id": reservation_id,
+            "lease_id": lease_id,
+            "host_id": host_id,
+            "count": count,
+            "vcpus": vcpus * count,
+            "memory_mb": memory_mb * count,
+            "disk_gb": disk_gb * count,
+            "start_date": start,
+            "end_date": end,
+        }
+        for host_id, count in sorted(placement.items())
+        if count > 0
+    ]
+    if rows:
+        session.execute(insert(table_of(InstanceAllocation)), rows)
+    return [InstanceAllocation(**row) for row in rows]
+
+
+def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:
+    """End the reservation's allocations at ``at`` (drop those that had not begun)."""
+    session.execute(
+        delete(InstanceAllocation).where(
+            InstanceAllocation.reservation_id == reservation_id,
+            InstanceAllocation.start_date >= at,
+        )
+    )
+    for allocation in session.scalars(
+        select(InstanceAllocation).where(
+            InstanceAllocation.reservation_id == reservation_id,
+            InstanceAllocation.end_date > at,
+        )
+    ):
+        allocation.end_date = at
+    session.flush()
+
+
+def usage_spans(
+    session: Session, *, host_ids: Iterable[int] | None = None, since: dt.datetime | None = None
+) -> list[SpanRow]:
+    """Each host's instance usage as busy spans for the whole-host calendar: the union of its
+    allocations' windows (merged, so they never overlap), owned by ``usage_owner(host)``."""
+    query = select(
+        InstanceAllocation.host_id, InstanceAllocation.start_date, InstanceAllocation.end_date
+    ).order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
+    if host_ids is not None:
+        query = query.where(InstanceAllocation.host_id.in_(list(host_ids)))
+    if since is not None:
+        query = query.where(InstanceAllocation.end_date > since)
+    merged: list[SpanRow] = []
+    for host_id, start, end in session.execute(query):
+        last = merged[-1] if merged else None
+        if last is not None and last.host_id == host_id and start <= last.end:
+            if end > last.end:
+                merged[-1] = SpanRow(host_id, last.start, end, last.reservation_id)
+        else:
+            merged.append(SpanRow(host_id, start, end, usage_owner(host_id)))
+    return merged
+
+
+def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[str]:
+    rows = session.execute(
+        select(InstanceAllocation.lease_id)
+        .where(InstanceAllocation.host_id == host_id, InstanceAllocation.end_date > since)
+        .distinct()
+        .order_by(InstanceAllocation.lease_id)
+    )
+    return [r[0] for r in rows]
+
+
+def remove_for_host(session: Session, host_id: int) -> None:
+    """Forget a deleted host's (past) instance allocations."""
+    session.execute(delete(InstanceAllocation).where(InstanceAllocation.host_id == host_id))
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    count: int
+    start: dt.datetime
+    end: dt.datetime
+
+
+def allocations(
+    session: Session,
+    *,
+    host_id: int | None = None,
+    lease_id: str | None = None,
+    reservation_id: str | None = None,
+    project_id: str | None = None,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+) -> list[AllocationRow]:
+    """Instance allocations of live leases overlapping [start, end), filtered as asked."""
+    query = (
+        select(
+            InstanceAllocation.host_id,
+            InstanceAllocation.reservation_id,
+            InstanceAllocation.lease_id,
+            InstanceAllocation.count,
+            InstanceAllocation.start_date,
+            InstanceAllocation.end_date,
+        )
+        .join(Lease, Lease.id == InstanceAllocation.lease_id)
+        .where(Lease.deleted_at.is_(None))
+        .order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
+    )
+    if host_id is not None:
+        query = query.where(InstanceAllocation.host_id == host_id)
+    if lease_id is not None:
+        query = query.where(InstanceAllocation.lease_id == lease_id)
+    if reservation_id is not None:
+        query = query.where(InstanceAllocation.reservation_id == reservation_id)
+    if project_id is not None:
+        query = query.where(Lease.project_id == project_id)
+    if start is not None:
+        query = query.where(InstanceAllocation.end_date > start)
+    if end is not None:
+        query = query.where(InstanceAllocation.start_date < end)
+    return [AllocationRow(*row) for row in session.execute(query)]

@@ -1,0 +1,216 @@
+"""``virtual:instance``: ``amount`` instances of one size, packed onto hosts that share their
+capacity over time (``planner/instances.py``).
+
+A host's size is its ``vcpus``, ``memory_mb`` and ``local_gb`` (from host-create), times its
+allocation ratios (extra properties ``cpu_allocation_ratio``, ``ram_allocation_ratio``,
+``disk_allocation_ratio``, else the settings of the same names, 1.0 by default). Hosts without a
+size are not candidates. A host reserved whole in a window holds no instances in it, and a host
+with instances in a window is busy for whole-host requests in it: the whole-host calendar sees
+each host's instance usage as busy spans (``CalendarCache.mark_stale`` keeps it in step).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from climate.config import Settings
+from climate.db import hosts as host_rows
+from climate.db import instances as instance_rows
+from climate.db.tables import Reservation
+from climate.errors import Conflict, InvalidInput
+from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible, place
+from climate.planner.query import parse_query
+from climate.resources.base import (
+    ResourceType,
+    before_end_field,
+    int_field,
+    merged_fields,
+    query_field,
+)
+from climate.resources.calendar_cache import CalendarCache
+from climate.resources.hosts import Inventory
+
+FIELDS = frozenset(
+    {"amount", "vcpus", "memory_mb", "disk_gb", "affinity", "resource_properties", "before_end"}
+)
+SIZE_COLUMNS = ("vcpus", "memory_mb", "local_gb")
+RATIOS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
+"""Per size column, the host property (or setting) that scales it."""
+TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
+FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
+NONE = frozenset({"none", "null", ""})
+SERVER_GROUPS = uuid.UUID("8d2c3c1e-5f0b-4b7e-9a59-2f6b8f5d7c01")
+
+
+def parse_ratio(name: str, value: object) -> float:
+    """An allocation ratio: a number above 0 (a host property is text).
+
+    :raises InvalidInput: naming ``name``.
+    """
+    try:
+        ratio = float(str(value))
+    except ValueError:
+        ratio = math.nan
+    if isinstance(value, bool) or not (ratio > 0 and math.isfinite(ratio)):
+        raise InvalidInput(name, f"must be a number above 0, not {value!r}")
+    return ratio
+
+
+def affinity_field(merged: Mapping[str, Any], field: str) -> bool | None:
+    """Blazar's ``affinity``: true, false or None (the blazar CLI sends "True", "False",
+    "None")."""
+    value = merged.get("affinity")
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text in TRUE:
+        return True
+    if text in FALSE:
+        return False
+    if text in NONE:
+        return None
+    raise InvalidInput(f"{field}.affinity", f"must be true, false or null, not {value!r}")
+
+
+def enforcement(reservation: Reservation) -> dict[str, Any]:
+    """What a backend needs to enforce the reservation, as Blazar keeps it: a private flavor
+    of the reserved size, an aggregate of the hosts it uses (with how many instances on each)
+    and, with an affinity rule, a server group."""
+    affinity = reservation.params.get("affinity")
+    return {
+        "flavor_id": reservation.id,
+        "aggregate_id": reservation.id,
+        "server_group_id": None
+        if affinity is None
+        else str(uuid.uuid5(SERVER_GROUPS, reservation.id)),
+        "hosts": [
+            {"host_id": str(a.host_id), "count": a.count} for a in reservation.instance_allocations
+        ],
+    }
+
+
+class InstanceType(ResourceType):
+    name = "virtual:instance"
+
+    def __init__(self) -> None:
+        self.inventory = Inventory()
+        self.ratios: tuple[float, ...] = (1.0, 1.0, 1.0)
+
+    def configure(self, settings: Settings) -> None:
+        self.ratios = tuple(float(getattr(settings, r)) for r in RATIOS)
+
+    def validate(
+        self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
+    ) -> dict[str, Any]:
+        merged = merged_fields(raw, current, FIELDS, field)
+        return {
+            "amount": int_field(merged, "amount", field, minimum=1),
+            "vcpus": int_field(merged, "vcpus", field, minimum=1),
+            "memory_mb": int_field(merged, "memory_mb", field, minimum=1),
+            "disk_gb": int_field(merged, "disk_gb", field, minimum=0),
+            "affinity": affinity_field(merged, field),
+            "resource_properties": query_field(merged, "resource_properties", field),
+            "before_end": before_end_field(self.before_end_actions, merged, field),
+        }
+
+    def admit(
+        self,
+        session: Session,
+        reservation: Reservation,
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        active: bool,
+        now: dt.datetime | None = None,
+    ) -> None:
+        params = reservation.params
+        size = Size(params["vcpus"], params["memory_mb"], params["disk_gb"])
+        held = reservation.instance_allocations
+        keep = {a.host_id: a.count for a in held} if active else {}
+        if keep and any(Size(a.vcpus, a.memory_mb, a.disk_gb) != size.times(a.count) for a in held):
+            raise Conflict("vcpus: a running instance reservation changes only its amount")
+        hosts = self._hosts(session, params["resource_properties"])
+        demand = InstanceDemand(start, end, params["amount"], size, params["affinity"], keep)
+        check_possible(demand, hosts)
+        whole = instance_rows.reserved_whole(session, [h.id for h in hosts], start, end)
+        free = [h for h in hosts if h.id not in whole]
+        around = host_rows.LOOKAROUND
+        uses: dict[int, list[tuple[dt.datetime, dt.datetime, Size]]] = {}
+        for row in instance_rows.uses(
+            session, [h.id for h in free], start - around, end + around, reservation.id
+        ):
+            used = Size(row.vcpus, row.memory_mb, row.disk_gb)
+            uses.setdefault(row.host_id, []).append((row.start, row.end, used))
+        rooms = [HostRoom(h.id, h.name, h.capacity, uses.get(h.id, ())) for h in free]
+        placement = place(demand, rooms)
+        before = {a.host_id for a in held}
+        rows = instance_rows.replace(
+            session,
+            reservation.id,
+            reservation.lease_id,
+            placement,
+            size.as_tuple(),
+            start,
+            end,
+        )
+        self._changed(session, before | set(placement))
+        # The reservation may not be in the session (a new lease is written with Core inserts).
+        set_committed_value(reservation, "instance_allocations", rows)
+
+    def _hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:
+        """Reservable hosts matching the query that have a size, scaled by their ratios.
+
+        :raises InvalidInput: hosts match but none has a size (naming the missing column).
+        """
+        query = parse_query("resource_properties", resource_properties)
+        matching = [r for r in self.inventory.records(session) if query.matches(r.properties)]
+        rooms = []
+        for record in matching:
+            values = [record.properties.get(c) for c in SIZE_COLUMNS]
+            if any(v is None for v in values):
+                continue
+            scaled = [
+                math.floor(int(str(v)) * self._ratio(record, k) + 1e-9)
+                for k, v in enumerate(values)
+            ]
+            rooms.append(HostRoom(record.id, record.hypervisor_hostname, Size(*scaled)))
+        if matching and not rooms:
+            missing = next(
+                c for c in SIZE_COLUMNS if any(r.properties.get(c) is None for r in matching)
+            )
+            raise InvalidInput(
+                f"hosts.{missing}",
+                f"{len(matching)} host(s) match the properties but none has its size "
+                "(vcpus, memory_mb, local_gb) registered; set it with host-create or host-update",
+            )
+        return rooms
+
+    def _ratio(self, record: host_rows.HostRecord, k: int) -> float:
+        own = record.properties.get(RATIOS[k])
+        return self.ratios[k] if own is None else parse_ratio(RATIOS[k], own)
+
+    @staticmethod
+    def _changed(session: Session, host_ids: set[int]) -> None:
+        if host_ids:
+            owners = [instance_rows.usage_owner(h) for h in sorted(host_ids)]
+            CalendarCache.mark_stale(session, "hosts", owners)
+
+    def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
+        if all(a.end_date <= at for a in reservation.instance_allocations):
+            return
+        instance_rows.truncate(session, reservation.id, at)
+        self._changed(session, {a.host_id for a in reservation.instance_allocations})
+        session.refresh(reservation, ["instance_allocations"])
+
+    def resource_ids(self, reservation: Reservation) -> list[str]:
+        """One id per instance slot: the host's id and the slot's number on it."""
+        return [
+            f"{a.host_id}:{n}" for a in reservation.instance_allocations for n in range(a.count)
+        ]

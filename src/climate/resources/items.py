@@ -1,0 +1,357 @@
+"""Whole items reserved exclusively over time: devices, network segments, floating IPs.
+
+Each kind is a row type of the one ``items`` table (``db/items.py``) with its own in-memory
+calendar over ``item_allocations`` and its own inventory cache; choosing among free items is the
+hosts' best fit (``planner.hosts.choose_hosts`` works on any integer ids).
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+import ipaddress
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from climate.db import hosts as host_rows
+from climate.db import items as item_rows
+from climate.db.tables import Reservation
+from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
+from climate.planner.calendar import HostSet
+from climate.planner.hosts import HostDemand, HostsView, choose_hosts
+from climate.planner.query import parse_query
+from climate.resources.base import (
+    ResourceType,
+    before_end_field,
+    int_field,
+    merged_fields,
+    query_field,
+    text_field,
+)
+from climate.resources.calendar_cache import CalendarCache
+
+MAX_REMEMBERED_QUERIES = 1024
+MAX_SEGMENT_ID = 2**24 - 1
+"""The largest VXLAN network identifier (VLAN ids stop at 4094)."""
+MAX_REQUIRED = 1000
+
+
+def _address(field_name: str, value: object) -> str:
+    try:
+        return str(ipaddress.ip_address(str(value).strip()))
+    except ValueError:
+        raise InvalidInput(field_name, f"must be an IP address, not {value!r}") from None
+
+
+def _segment(field_name: str, value: object) -> str:
+    text = "" if isinstance(value, bool) else str(value).strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 9) or not (
+        1 <= int(text) <= MAX_SEGMENT_ID
+    ):
+        raise InvalidInput(field_name, f"must be an integer from 1 to {MAX_SEGMENT_ID}")
+    return str(int(text))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of item looks on the wire: which fields hold its pool and its name."""
+
+    kind: str
+    """``items.kind``."""
+    resource_type: str
+    singular: str
+    plural: str
+    name_field: str
+    """The wire field stored in ``items.name`` (unique within the pool)."""
+    check_name: Callable[[str, object], str]
+    pool_field: str | None = None
+    """The wire field stored in ``items.pool`` (None: the kind has no pools)."""
+    required: tuple[str, ...] = ()
+    """Extra properties every item of the kind must have."""
+    columns: tuple[str, ...] = field(init=False)
+    """The fields that are not extra properties."""
+
+    def __post_init__(self) -> None:
+        own = (self.name_field,) if self.pool_field is None else (self.pool_field, self.name_field)
+        object.__setattr__(self, "columns", own)
+
+    def queryable(self, record: item_rows.ItemRecord) -> dict[str, str | int | None]:
+        """The properties a reservation's query sees: pool and name under their wire names,
+        and every extra property."""
+        found: dict[str, str | int | None] = dict(record.properties)
+        found[self.name_field] = record.name
+        if self.pool_field is not None:
+            found[self.pool_field] = record.pool
+        return found
+
+
+DEVICES = Kind("device", "device", "device", "devices", "name", text_field)
+NETWORKS = Kind(
+    "network",
+    "network",
+    "network segment",
+    "network segments",
+    "segment_id",
+    _segment,
+    pool_field="physical_network",
+    required=("network_type",),
+)
+FLOATING_IPS = Kind(
+    "floatingip",
+    "virtual:floatingip",
+    "floating IP",
+    "floating IPs",
+    "floating_ip_address",
+    _address,
+    pool_field="floating_network_id",
+)
+KINDS = (DEVICES, NETWORKS, FLOATING_IPS)
+
+
+class ItemInventory:
+    """This process's copy of the reservable items of one kind, reloaded when the inventory
+    version moves (it covers hosts and items alike); items matching a query are remembered."""
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+        self._lock = threading.Lock()
+        self._version = -1
+        self._records: list[item_rows.ItemRecord] = []
+        self._matches: dict[tuple[str, ...], HostSet] = {}
+
+    def matching(self, session: Session, *queries: str, pool: str | None = None) -> HostSet:
+        """The reservable items in ``pool`` (any, for None) matching every query."""
+        version = host_rows.inventory_version(session)
+        key = (pool or "", str(pool is None), *queries)
+        with self._lock:
+            if version != self._version:
+                self._records = item_rows.reservable_records(session, self.kind.kind)
+                self._matches = {}
+                self._version = version
+            found = self._matches.get(key)
+            if found is None:
+                parsed = [parse_query("resource_properties", q) for q in queries]
+                found = HostSet(
+                    (r.id, r.name)
+                    for r in self._records
+                    if (pool is None or r.pool == pool)
+                    and all(q.matches(self.kind.queryable(r)) for q in parsed)
+                )
+                if len(self._matches) > MAX_REMEMBERED_QUERIES:
+                    self._matches.clear()
+                self._matches[key] = found
+            return found
+
+
+@dataclass(frozen=True)
+class ItemDemand:
+    """What a reservation asks of one kind: ``min``..``max`` of ``candidates``, among them
+    every one of ``required``."""
+
+    candidates: HostSet
+    min: int
+    max: int
+    required: frozenset[int] = frozenset()
+    where: str = ""
+    """Words naming the candidates in a refusal, e.g. "in network net-1"."""
+
+
+class ItemType(ResourceType):
+    """A resource type over one kind of item; subclasses say what a request means."""
+
+    kind: Kind
+
+    def __init__(self) -> None:
+        self.inventory = ItemInventory(self.kind)
+        self.calendar = CalendarCache(item_rows.ItemAllocations(self.kind.kind))
+
+    @abc.abstractmethod
+    def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:
+        """The candidates and counts for validated ``params``.
+
+        :raises InvalidInput: a field names something that does not exist (a pool, an item).
+        """
+
+    def admit(
+        self,
+        session: Session,
+        reservation: Reservation,
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        active: bool,
+        now: dt.datetime | None = None,
+    ) -> None:
+        wanted = self.demand(session, reservation.params)
+        held = frozenset(a.item_id for a in reservation.item_allocations)
+        must_keep = (held if active else frozenset()) | wanted.required
+        if len(must_keep) > wanted.max:
+            raise Conflict(
+                f"the lease is active on {len(must_keep)} {self.kind.plural}; the reservation "
+                f"cannot drop below that ({wanted.max} asked)"
+            )
+        view = self.calendar.view(session, wanted.candidates, start, end, [reservation.id])
+        self._check(view, wanted, must_keep, start, end)
+        demand = HostDemand(start, end, wanted.min, wanted.max, held | must_keep, must_keep)
+        chosen = choose_hosts(demand, view)
+        allocations = self.calendar.replace(
+            session, reservation.id, reservation.lease_id, chosen, start, end, fresh=not held
+        )
+        # The reservation may not be in the session (a new lease is written with Core inserts).
+        set_committed_value(reservation, "item_allocations", allocations)
+
+    def _check(
+        self,
+        view: HostsView,
+        wanted: ItemDemand,
+        must_keep: frozenset[int],
+        start: dt.datetime,
+        end: dt.datetime,
+    ) -> None:
+        """Refuse, in this kind's words, what ``choose_hosts`` would refuse in a host's."""
+        window = f"{start.isoformat()} to {end.isoformat()}"
+        position = {int(i): k for k, i in enumerate(view.ids.tolist())}
+        blocked = sorted(
+            view.names[position[i]] if i in position else str(i)
+            for i in must_keep
+            if i not in position or not view.free[position[i]]
+        )
+        if blocked:
+            raise NotEnoughCapacity(
+                f"{self.kind.singular}(s) {', '.join(blocked)} not free (or no longer reservable) "
+                f"for the whole window {window}"
+            )
+        free = int(np.count_nonzero(view.free))
+        if free < wanted.min:
+            where = f" {wanted.where}" if wanted.where else ""
+            raise NotEnoughCapacity(
+                f"not enough {self.kind.plural}{where}: {wanted.min} requested, {len(view)} "
+                f"match, {free} free for the whole window {window}"
+            )
+
+    def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
+        if all(a.end_date <= at for a in reservation.item_allocations):
+            return
+        self.calendar.truncate(session, reservation.id, at)
+        session.refresh(reservation, ["item_allocations"])
+
+    def resource_ids(self, reservation: Reservation) -> list[str]:
+        return [str(a.item_id) for a in reservation.item_allocations]
+
+
+class DeviceType(ItemType):
+    """``device``: ``min``..``max`` devices matching ``resource_properties``."""
+
+    name = "device"
+    kind = DEVICES
+    FIELDS = frozenset({"min", "max", "resource_properties", "before_end"})
+
+    def validate(
+        self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
+    ) -> dict[str, Any]:
+        merged = merged_fields(raw, current, self.FIELDS, field)
+        minimum = int_field(merged, "min", field, minimum=1)
+        maximum = int_field(merged, "max", field, minimum=1)
+        if maximum < minimum:
+            raise InvalidInput(f"{field}.max", f"must be at least min ({minimum}), not {maximum}")
+        return {
+            "min": minimum,
+            "max": maximum,
+            "resource_properties": query_field(merged, "resource_properties", field),
+            "before_end": before_end_field(self.before_end_actions, merged, field),
+        }
+
+    def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:
+        matching = self.inventory.matching(session, params["resource_properties"])
+        return ItemDemand(matching, params["min"], params["max"])
+
+
+class NetworkType(ItemType):
+    """``network``: ``amount`` segments matching ``network_properties`` and
+    ``resource_properties`` (both queries over the segment's fields and extra properties)."""
+
+    name = "network"
+    kind = NETWORKS
+    FIELDS = frozenset({"amount", "network_properties", "resource_properties", "before_end"})
+
+    def validate(
+        self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
+    ) -> dict[str, Any]:
+        merged = merged_fields(raw, current, self.FIELDS, field)
+        merged.setdefault("amount", 1)
+        return {
+            "amount": int_field(merged, "amount", field, minimum=1),
+            "network_properties": query_field(merged, "network_properties", field),
+            "resource_properties": query_field(merged, "resource_properties", field),
+            "before_end": before_end_field(self.before_end_actions, merged, field),
+        }
+
+    def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:
+        matching = self.inventory.matching(
+            session, params["network_properties"], params["resource_properties"]
+        )
+        return ItemDemand(matching, params["amount"], params["amount"])
+
+
+class FloatingIPType(ItemType):
+    """``virtual:floatingip``: ``amount`` addresses of network ``network_id``, among them every
+    address of ``required_floatingips``."""
+
+    name = "virtual:floatingip"
+    kind = FLOATING_IPS
+    FIELDS = frozenset({"network_id", "amount", "required_floatingips", "before_end"})
+
+    def validate(
+        self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
+    ) -> dict[str, Any]:
+        merged = merged_fields(raw, current, self.FIELDS, field)
+        merged.setdefault("amount", 1)
+        if merged.get("network_id") is None:
+            raise InvalidInput(f"{field}.network_id", "required: the floating IPs' network")
+        network = text_field(f"{field}.network_id", merged["network_id"])
+        amount = int_field(merged, "amount", field, minimum=1)
+        required = merged.get("required_floatingips") or []
+        where = f"{field}.required_floatingips"
+        if isinstance(required, str):
+            required = [required]
+        if not isinstance(required, list) or len(required) > MAX_REQUIRED:
+            raise InvalidInput(where, f"must be a list of at most {MAX_REQUIRED} IP addresses")
+        addresses = [_address(where, a) for a in required]
+        duplicates = sorted({a for a in addresses if addresses.count(a) > 1})
+        if duplicates:
+            raise InvalidInput(where, f"lists {', '.join(duplicates)} more than once")
+        if len(addresses) > amount:
+            raise InvalidInput(
+                where, f"lists {len(addresses)} addresses, more than amount ({amount})"
+            )
+        return {
+            "network_id": network,
+            "amount": amount,
+            "required_floatingips": addresses,
+            "before_end": before_end_field(self.before_end_actions, merged, field),
+        }
+
+    def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:
+        network = params["network_id"]
+        pool = self.inventory.matching(session, pool=network)
+        if not pool.names:
+            raise InvalidInput(
+                "network_id", f"no reservable floating IPs are registered in network {network}"
+            )
+        by_address = dict(zip(pool.names, pool.ids.tolist(), strict=True))
+        outside = [a for a in params["required_floatingips"] if a not in by_address]
+        if outside:
+            raise InvalidInput(
+                "required_floatingips",
+                f"{', '.join(outside)} not among the reservable floating IPs of network {network}",
+            )
+        required = frozenset(int(by_address[a]) for a in params["required_floatingips"])
+        return ItemDemand(
+            pool, params["amount"], params["amount"], required, f"in network {network}"
+        )

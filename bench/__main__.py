@@ -14,6 +14,7 @@ from typing import Any
 from bench import machine
 from bench.availability import availability_targets, print_availability, run_availability
 from bench.growth import print_growth, run_growth
+from bench.instances import print_instances, run_instances
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
 from bench.scale import print_scale, run_scale, scale_targets
@@ -39,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
             "throughput",
             "growth",
             "availability",
+            "instances",
             "all",
         ],
         default="all",
@@ -371,6 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_availability(availability)
         targets += availability_targets(availability)
         results["scenarios"]["availability"] = availability
+    if args.scenario == "instances":  # not part of "all": seeding takes 1-2 minutes
+        instances = run_instances()
+        print_instances(instances)
+        results["scenarios"]["instances"] = instances
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

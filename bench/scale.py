@@ -3,7 +3,8 @@
 ``python -m bench.scale --hosts 1000 --allocations 100000`` seeds a fresh database directly (bulk
 SQL: creating 100,000 leases over HTTP would take the benchmark's whole budget), starts a real
 ``climate serve`` on it, and times lease creation through the API: single-host leases, and 8-host
-leases filtered on a property. The planner alone (calendar view and host choice, no HTTP, no SQL)
+leases filtered on a property, and reservations of 4 instances (8 vCPU / 32 GiB / 100 GB each).
+The planner alone (calendar view and host choice, no HTTP, no SQL)
 is timed in-process on the same data before the server starts.
 """
 
@@ -103,6 +104,7 @@ def seed(database_url: str, hosts: int, allocations: int, seed_value: int = 7) -
                     "reservable": True,
                     "vcpus": 64,
                     "memory_mb": 262144,
+                    "local_gb": 1800,
                 }
                 for i in range(1, hosts + 1)
             ],
@@ -156,7 +158,27 @@ def planner_only(
     return timings
 
 
+INSTANCES = {
+    "resource_type": "virtual:instance",
+    "amount": 4,
+    "vcpus": 8,
+    "memory_mb": 32768,
+    "disk_gb": 100,
+    "affinity": None,
+    "resource_properties": "",
+}
+"""Four instances of 8 vCPU / 32 GiB / 100 GB, placed anywhere: the issue's instance case."""
+
+
 def _lease(name: str, start: dt.datetime, end: dt.datetime, count: int, query: str) -> Any:
+    if count == 0:
+        return {
+            "name": name,
+            "start_date": start.isoformat(),
+            "end_date": end.isoformat(),
+            "reservations": [INSTANCES],
+            "events": [],
+        }
     return {
         "name": name,
         "start_date": start.isoformat(),
@@ -219,8 +241,12 @@ def run_scale(hosts: int, allocations: int, requests: int = 200) -> dict[str, An
         eight, eight_codes = http_admissions(
             server.base_url, horizon, max(requests // 2, 1), 8, '["==", "$gpu", "a100"]', "eight"
         )
+        instances, instance_codes = http_admissions(
+            server.base_url, horizon, max(requests // 2, 1), 0, "", "instances"
+        )
         result["single_ms"], result["single_codes"] = single, single_codes
         result["eight_ms"], result["eight_codes"] = eight, eight_codes
+        result["instance_ms"], result["instance_codes"] = instances, instance_codes
         result["rss_mb"] = peak_rss_mb(server.pid)
     return result
 
@@ -242,6 +268,7 @@ def print_scale(result: dict[str, Any]) -> None:
     for label, key in (
         ("single-host", "single_ms"),
         ("8-host gpu", "eight_ms"),
+        ("4 instances", "instance_ms"),
         ("planner only", "planner_ms"),
     ):
         values = result[key]
@@ -260,7 +287,10 @@ def print_scale(result: dict[str, Any]) -> None:
         f"(seeded in {result['seed_seconds']:.1f} s)"
     )
     print(table(["", "n", "p50 ms", "p95 ms", "p99 ms", "max ms"], rows))
-    print(f"  status codes: single {result['single_codes']}, 8-host {result['eight_codes']}")
+    print(
+        f"  status codes: single {result['single_codes']}, 8-host {result['eight_codes']}, "
+        f"instances {result['instance_codes']}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

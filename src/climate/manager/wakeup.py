@@ -49,10 +49,13 @@ class WakeWatcher:
 
     def _listen_postgres(self) -> None:
         import psycopg
+        import psycopg.sql
 
         url = self.db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"LISTEN {EVENTS_CHANNEL}")
+            conn.execute(
+                psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(EVENTS_CHANNEL))
+            )
             while not self._stop.is_set():
                 for notice in conn.notifies(timeout=0.5, stop_after=1):
                     self.wake(_when(notice.payload))

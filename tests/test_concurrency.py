@@ -20,7 +20,7 @@ from climate.backends.base import Handover, Outcome
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
 from climate.db import leases as lease_rows
-from climate.db.engine import ADMISSION_LOCK, Database
+from climate.db.engine import ADMISSION_LOCK, Database, retry_transient
 from climate.db.leases import DueEvent
 from climate.db.tables import Assignment, Lease
 from climate.domain.clock import ManualClock
@@ -378,3 +378,37 @@ def test_a_refused_admission_undoes_its_cache_changes_before_it_lets_the_next_on
     finally:
         db.dispose()
     assert seen == ["still held"]
+
+
+def test_a_use_case_aborted_to_break_a_deadlock_runs_again(pg_url: str) -> None:
+    """PostgreSQL aborts one transaction of a deadlock; the use case that lost runs again."""
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    ready = threading.Barrier(2, timeout=10)
+    runs: list[int] = []
+
+    @retry_transient
+    def use_case() -> None:
+        runs.append(1)
+        with db.transaction() as session:
+            # This side detects the deadlock first, so it is the one aborted.
+            session.execute(text("SET LOCAL deadlock_timeout = '100ms'"))
+            session.execute(text("UPDATE locks SET version = version WHERE name = 'admission'"))
+            if len(runs) == 1:
+                ready.wait()
+            session.execute(text("UPDATE locks SET version = version WHERE name = 'inventory'"))
+
+    def other() -> None:
+        with db.transaction() as session:
+            session.execute(text("SET LOCAL deadlock_timeout = '10s'"))
+            session.execute(text("UPDATE locks SET version = version WHERE name = 'inventory'"))
+            ready.wait()
+            session.execute(text("UPDATE locks SET version = version WHERE name = 'admission'"))
+
+    rival = threading.Thread(target=other)
+    rival.start()
+    use_case()
+    rival.join(timeout=20)
+    assert not rival.is_alive()
+    assert len(runs) == 2
+    db.dispose()

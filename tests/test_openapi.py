@@ -217,6 +217,10 @@ def call_every_operation(call: Conformance) -> None:
     call("GET", "/v1/os-hosts/{host_id}/allocation", 200, at={"host_id": host_id})
     call("POST", "/v1/leases/{lease_id}/retry", 409, at={"lease_id": created["id"]})
     call("POST", "/v1/leases/{lease_id}/force-end", 200, at={"lease_id": other["id"]})
+    held = {**lease, "name": "held", "start_date": "2033-01-01 10:00", "end_date": "2033-01-02"}
+    hold = call("POST", "/v1/leases", 201, json={**held, "hold": {"expires_in": 600}}).json()
+    call("POST", "/v1/leases/{lease_id}/confirm", 200, at={"lease_id": hold["lease"]["id"]})
+    call("POST", "/v1/leases/{lease_id}/confirm", 409, at={"lease_id": hold["lease"]["id"]})
     call("GET", "/v1/audit", 200)
     window = {"search_start": "2031-01-01 00:00", "search_end": "2031-01-03 00:00"}
     ask = {"reservations": [reservation], "duration": "01:00", **window}

@@ -41,16 +41,19 @@ def test_lease_refuses_skipping_or_reversing_its_life(current: str, new: str) ->
         check_lease_transition(current, LeaseStatus(new))
 
 
-def test_every_status_has_a_row_and_only_terminated_is_final() -> None:
+FINAL = {LeaseStatus.TERMINATED, LeaseStatus.TIMEDOUT, LeaseStatus.EXPIRED}
+
+
+def test_every_status_has_a_row_and_only_ended_ones_are_final() -> None:
     assert set(LEASE_TRANSITIONS) == set(LeaseStatus)
-    assert {s for s, nexts in LEASE_TRANSITIONS.items() if not nexts} == {LeaseStatus.TERMINATED}
+    assert {s for s, nexts in LEASE_TRANSITIONS.items() if not nexts} == FINAL
     assert set(RESERVATION_TRANSITIONS) == set(ReservationStatus)
     assert set(EVENT_TRANSITIONS) == set(EventStatus)
     assert not EVENT_TRANSITIONS[EventStatus.DONE]
 
 
 def test_every_non_final_lease_status_can_reach_terminated() -> None:
-    for start in LeaseStatus:
+    for start in set(LeaseStatus) - FINAL:
         seen, frontier = {start}, [start]
         while frontier:
             for nxt in LEASE_TRANSITIONS[frontier.pop()]:
@@ -58,6 +61,39 @@ def test_every_non_final_lease_status_can_reach_terminated() -> None:
                     seen.add(nxt)
                     frontier.append(nxt)
         assert LeaseStatus.TERMINATED in seen, start
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ["IN_PROGRESS", "PENDING", "STARTING", "ACTIVE"],  # a waiting lease admitted
+        ["IN_PROGRESS", "TIMEDOUT"],  # best effort, deadline passed
+        ["IN_PROGRESS", "ERROR"],  # retry, attempts exhausted
+        ["IN_PROGRESS", "TERMINATED"],  # deleted while waiting
+        ["HELD", "PENDING", "STARTING"],  # a hold confirmed
+        ["HELD", "EXPIRED"],  # a hold lapsed
+        ["HELD", "TERMINATED"],  # a hold deleted
+    ],
+)
+def test_waiting_and_held_leases_move_on_by_these_paths(path: list[str]) -> None:
+    for current, new in zip(path, path[1:], strict=False):
+        check_lease_transition(current, LeaseStatus(new))
+
+
+@pytest.mark.parametrize(
+    ("current", "new"),
+    [
+        ("IN_PROGRESS", "ACTIVE"),  # admitted first, then started by its start event
+        ("HELD", "ACTIVE"),  # a hold never starts unconfirmed
+        ("HELD", "TIMEDOUT"),
+        ("TIMEDOUT", "PENDING"),
+        ("EXPIRED", "PENDING"),  # a lapsed hold cannot be confirmed
+        ("PENDING", "HELD"),
+    ],
+)
+def test_waiting_and_held_leases_refuse_these(current: str, new: str) -> None:
+    with pytest.raises(Conflict, match=f"from {current} to {new}"):
+        check_lease_transition(current, LeaseStatus(new))
 
 
 def test_reservation_and_event_rules() -> None:

@@ -49,6 +49,11 @@ class Settings:
     cpu_allocation_ratio: float = 1.0
     ram_allocation_ratio: float = 1.0
     disk_allocation_ratio: float = 1.0
+    immediate_wait_seconds: float = 5.0
+    retry_max_attempts: int = 5
+    retry_interval_seconds: float = 60.0
+    queue_poll_seconds: float = 5.0
+    hold_max_seconds: int = 86_400
 
     @property
     def effective_database_url(self) -> str:

@@ -69,6 +69,8 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "climate:availability:get": "@",
         "climate:leases:retry": "rule:admin",
         "climate:leases:force_end": "rule:admin",
+        "climate:leases:confirm": "rule:admin_or_owner",
+        "climate:leases:priority": "rule:admin",
     }
 
 

@@ -44,7 +44,9 @@ def stamp(value: dt.datetime | None) -> str | None:
     return None if value is None else value.astimezone(dt.UTC).strftime(STAMP_FORMAT)
 
 
-def lease(row: Lease) -> dict[str, Any]:
+def lease(row: Lease, queue_position: int | None = None) -> dict[str, Any]:
+    """A lease as Blazar shows it, with Climate's own fields after (Blazar clients ignore
+    them): its type, queue priority and position, attempts, deadline and hold expiry."""
     return {
         "id": row.id,
         "name": row.name,
@@ -60,7 +62,19 @@ def lease(row: Lease) -> dict[str, Any]:
         "updated_at": stamp(row.updated_at),
         "reservations": [reservation(r) for r in row.reservations],
         "events": [event(e) for e in row.events],
+        "lease_type": row.lease_type,
+        "priority": row.priority,
+        "queue_position": queue_position,
+        "attempts": row.attempts,
+        "retries": row.max_attempts,
+        "next_attempt_at": _optional_date(row.next_attempt_at),
+        "deadline": _optional_date(row.deadline),
+        "hold_expires_at": _optional_date(row.hold_expires_at),
     }
+
+
+def _optional_date(value: dt.datetime | None) -> str | None:
+    return None if value is None else lease_date(value)
 
 
 def reservation(row: Reservation) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -10,6 +11,9 @@ from fastapi.responses import JSONResponse
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, lease_changes, lease_request
+from climate.db.tables import Lease
+from climate.domain.status import LeaseStatus
+from climate.services.leases import LeaseService
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
 
@@ -26,7 +30,15 @@ def list_leases(
     leases = services.leases.list_all(
         actor, project_id=project_id, status=status, name=name, page=page
     )
-    return JSONResponse({"leases": [wire.lease(lease) for lease in leases]})
+    return JSONResponse({"leases": _shown(services.leases, leases)})
+
+
+def _shown(service: LeaseService, leases: Sequence[Lease]) -> list[dict[str, Any]]:
+    """The leases on the wire, each waiting one with its place in the queue."""
+    places = {}
+    if any(lease.status == LeaseStatus.IN_PROGRESS for lease in leases):
+        places = service.queue_positions()
+    return [wire.lease(lease, places.get(lease.id)) for lease in leases]
 
 
 @router.post("", status_code=201)
@@ -48,7 +60,8 @@ def create_lease(
 
 @router.get("/{lease_id}")
 def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
-    return JSONResponse({"lease": wire.lease(services.leases.get(actor, lease_id))})
+    [shown] = _shown(services.leases, [services.leases.get(actor, lease_id)])
+    return JSONResponse({"lease": shown})
 
 
 @router.put("/{lease_id}")
@@ -63,3 +76,9 @@ def update_lease(
 def delete_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> Response:
     services.leases.delete(actor, lease_id)
     return Response(status_code=204)
+
+
+@router.post("/{lease_id}/confirm")
+def confirm_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
+    """Confirm a hold: the HELD lease becomes PENDING and starts at its start date."""
+    return JSONResponse({"lease": wire.lease(services.leases.confirm(actor, lease_id))})

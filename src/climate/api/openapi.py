@@ -17,7 +17,13 @@ from fastapi.openapi.utils import get_openapi
 from starlette.routing import compile_path
 
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
-from climate.domain.status import EventStatus, EventType, LeaseStatus, ReservationStatus
+from climate.domain.status import (
+    EventStatus,
+    EventType,
+    LeaseStatus,
+    LeaseType,
+    ReservationStatus,
+)
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import (
@@ -145,6 +151,32 @@ _FLEXIBLE_FIELDS: dict[str, JsonSchema] = {
     },
     "dry_run": {"type": "boolean", "description": "as the query's dry_run"},
 }
+_LEASE_TYPE_FIELDS: dict[str, JsonSchema] = {
+    "lease_type": {
+        **_enum(LeaseType),
+        "description": "scheduled (default), immediate, retry or best_effort (docs/lease-types.md)",
+    },
+    "priority": {
+        "type": "integer",
+        "description": "place in the waiting queue, higher first; default 0, above 0 for "
+        "admins only",
+    },
+    "retries": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "retry leases: at most this many attempts (not above retry_max_attempts)",
+    },
+    "deadline": {**REQUEST_DATE, "description": "best_effort leases: stop hunting then"},
+    "hold": {
+        "type": "object",
+        "properties": {"expires_in": {"type": "integer", "minimum": 1}},
+        "required": ["expires_in"],
+        "additionalProperties": False,
+        "description": "create the lease HELD, its resources allocated, until confirmed "
+        "(POST /v1/leases/{id}/confirm) or lapsed after expires_in seconds",
+    },
+    "hold_minutes": {"type": "integer", "minimum": 1, "description": "as hold, in minutes"},
+}
 _HOST_FIELDS: dict[str, JsonSchema] = {
     **dict.fromkeys(sorted(INT_COLUMNS), HOST_INTEGER),
     **dict.fromkeys(sorted(TEXT_COLUMNS - {"cpu_info"}), HOST_TEXT),
@@ -261,6 +293,7 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "items": _ref("AnyReservationCreate"),
             },
             **_FLEXIBLE_FIELDS,
+            **_LEASE_TYPE_FIELDS,
         },
         "required": ["name", "reservations"],
         "anyOf": [{"required": ["end_date"]}, {"required": ["latest_end", "duration"]}],
@@ -331,6 +364,20 @@ SCHEMAS: dict[str, JsonSchema] = {
             "updated_at": _nullable(STAMP_STRING),
             "reservations": {"type": "array", "items": _ref("AnyReservation")},
             "events": {"type": "array", "items": _ref("Event")},
+            "lease_type": _enum(LeaseType),
+            "priority": {"type": "integer", "description": "waiting queue priority"},
+            "queue_position": {
+                **_nullable({"type": "integer", "minimum": 1}),
+                "description": "a waiting (IN_PROGRESS) lease's place in the queue, from 1",
+            },
+            "attempts": {"type": "integer", "minimum": 0, "description": "admission attempts"},
+            "retries": {
+                **_nullable({"type": "integer"}),
+                "description": "a retry lease's cap on attempts",
+            },
+            "next_attempt_at": _nullable(LEASE_DATE_STRING),
+            "deadline": _nullable(LEASE_DATE_STRING),
+            "hold_expires_at": _nullable(LEASE_DATE_STRING),
         }
     ),
     "Reservation": _record(
@@ -1069,6 +1116,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE, "LeaseUpdate"),
     ("DELETE", "/v1/leases/{lease_id}"): Operation((204, None), _ONE),
     ("POST", "/v1/leases/{lease_id}/retry"): Operation((200, "lease"), _ONE | {409}),
+    ("POST", "/v1/leases/{lease_id}/confirm"): Operation((200, "lease"), _ONE | {409}),
     ("POST", "/v1/leases/{lease_id}/force-end"): Operation(
         (200, "lease"), _ONE | _WRITE, "ForceEnd", body_required=False
     ),

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.services.leases import LeaseChanges, LeaseRequest, ReservationRequest
 
@@ -26,6 +27,12 @@ LEASE_FIELDS = frozenset(
         "latest_end",
         "duration",
         "dry_run",
+        "lease_type",
+        "priority",
+        "retries",
+        "deadline",
+        "hold",
+        "hold_minutes",
     }
 )
 FLEXIBLE_FIELDS = ("earliest_start", "latest_end", "duration")
@@ -161,7 +168,50 @@ def lease_request(body: Mapping[str, Any], dry_run: str | None = None) -> LeaseR
         reservations=_reservations(body.get("reservations"), creating=True),
         duration=parse_duration("duration", body["duration"]) if flexible else None,
         dry_run=flag("dry_run", dry_run) or flag("dry_run", body.get("dry_run")),
+        lease_type=_lease_type(body.get("lease_type")),
+        priority=_optional_int("priority", body.get("priority")),
+        retries=_optional_int("retries", body.get("retries")),
+        deadline=optional_date("deadline", body.get("deadline")),
+        hold=_hold(body),
     )
+
+
+def _lease_type(value: object) -> LeaseType:
+    if value is None:
+        return LeaseType.SCHEDULED
+    try:
+        return LeaseType(str(value))
+    except ValueError:
+        raise InvalidInput(
+            "lease_type", f"must be one of {', '.join(t.value for t in LeaseType)}, not {value!r}"
+        ) from None
+
+
+def _optional_int(field: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**31:
+        raise InvalidInput(field, f"must be a whole number, not {value!r}")
+    return value
+
+
+def _hold(body: Mapping[str, Any]) -> dt.timedelta | None:
+    """``hold: {"expires_in": seconds}`` or ``hold_minutes``: how long a hold lasts."""
+    if "hold" in body and "hold_minutes" in body:
+        raise InvalidInput("hold_minutes", "give either hold or hold_minutes")
+    if body.get("hold_minutes") is not None:
+        minutes = _optional_int("hold_minutes", body["hold_minutes"])
+        assert minutes is not None
+        return dt.timedelta(minutes=minutes)
+    hold = body.get("hold")
+    if hold is None:
+        return None
+    if not isinstance(hold, dict) or set(hold) != {"expires_in"}:
+        raise InvalidInput("hold", 'must be an object {"expires_in": seconds}')
+    seconds = _optional_int("hold.expires_in", hold["expires_in"])
+    if seconds is None:
+        raise InvalidInput("hold.expires_in", "required whole number of seconds")
+    return dt.timedelta(seconds=seconds)
 
 
 def parse_duration(field: str, value: object) -> dt.timedelta:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import bindparam, create_engine, event, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -28,6 +31,35 @@ _TAKE_LOCK = (
     .values(version=_LOCKS.version + 1)
     .returning(_LOCKS.version)
 )
+
+
+LOG = logging.getLogger(__name__)
+TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
+"""PostgreSQL aborted the transaction to break a deadlock, or for a serialization conflict."""
+TRANSIENT_ATTEMPTS = 3
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def retry_transient(use_case: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a use case again, up to ``TRANSIENT_ATTEMPTS`` times in all, when the database
+    aborted its transaction to break a deadlock: the transaction rolled back whole (in-memory
+    caches included), so running it again is safe. The lock order (docs/architecture.md)
+    keeps these rare; under load with several managers one can still happen."""
+
+    @functools.wraps(use_case)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
+            try:
+                return use_case(*args, **kwargs)
+            except OperationalError as exc:
+                state = getattr(exc.orig, "sqlstate", None)
+                if state not in TRANSIENT_SQLSTATES or attempt == TRANSIENT_ATTEMPTS:
+                    raise
+                LOG.warning("%s: transaction aborted (%s), running it again", use_case, state)
+        raise AssertionError("unreachable")
+
+    return run
 
 
 class Database:

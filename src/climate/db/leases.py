@@ -33,7 +33,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, se
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
-from climate.domain.status import EventStatus
+from climate.domain.status import EventStatus, LeaseStatus, LeaseType
 from climate.errors import Conflict
 
 EVENTS = cast(Table, Event.__table__)
@@ -524,3 +524,62 @@ def lock_lease(session: Session, lease_id: str) -> Lease | None:
                 f"lease {lease_id}: a manager is working on it; try again in a moment"
             ) from exc
         raise
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A waiting lease as the queue sees it."""
+
+    id: str
+    lease_type: str
+    deadline: dt.datetime | None
+    next_attempt_at: dt.datetime | None
+
+
+QUEUE_ORDER = (Lease.priority.desc(), Lease.created_at, Lease.id)
+"""The waiting queue's order: higher priority first, then earlier request, then id."""
+
+
+def waiting(session: Session) -> list[Waiting]:
+    """Every waiting (IN_PROGRESS) lease, in queue order."""
+    query = (
+        select(Lease.id, Lease.lease_type, Lease.deadline, Lease.next_attempt_at)
+        .where(Lease.status == LeaseStatus.IN_PROGRESS, Lease.deleted_at.is_(None))
+        .order_by(*QUEUE_ORDER)
+    )
+    return [Waiting(*row) for row in session.execute(query)]
+
+
+def queue_waits(session: Session) -> bool:
+    query = select(Lease.id).where(
+        Lease.status == LeaseStatus.IN_PROGRESS, Lease.deleted_at.is_(None)
+    )
+    return session.execute(query.limit(1)).first() is not None
+
+
+def lapsed_holds(session: Session, now: dt.datetime) -> list[str]:
+    query = select(Lease.id).where(
+        Lease.status == LeaseStatus.HELD,
+        Lease.deleted_at.is_(None),
+        Lease.hold_expires_at <= now,
+    )
+    return list(session.scalars(query.order_by(Lease.hold_expires_at, Lease.id)))
+
+
+def queue_timers(session: Session) -> tuple[dt.datetime | None, bool]:
+    """When the queue next has something to do by the clock (a retry's next attempt, a
+    best-effort deadline, a hold's expiry), and whether best-effort leases are waiting."""
+    live = Lease.deleted_at.is_(None)
+    waiting_now = and_(live, Lease.status == LeaseStatus.IN_PROGRESS)
+    attempt, deadline, hunting = session.execute(
+        select(
+            func.min(Lease.next_attempt_at),
+            func.min(Lease.deadline),
+            func.count(Lease.id).filter(Lease.lease_type == LeaseType.BEST_EFFORT),
+        ).where(waiting_now)
+    ).one()
+    expiry = session.scalar(
+        select(func.min(Lease.hold_expires_at)).where(live, Lease.status == LeaseStatus.HELD)
+    )
+    times = [as_utc(v) for v in (attempt, deadline, expiry) if v is not None]
+    return (min(times) if times else None), bool(hunting)

@@ -111,6 +111,16 @@ class Lease(Timestamped, Base):
     status_reason: Mapped[str | None] = mapped_column(Text)
     degraded: Mapped[bool] = mapped_column(Boolean, default=False)
     deleted_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    lease_type: Mapped[str] = mapped_column(String(16), default="scheduled")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    """Waiting leases are served by priority (higher first), then by ``created_at``."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    """Admission attempts of a retry lease so far."""
+    max_attempts: Mapped[int | None] = mapped_column(Integer, default=None)
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    deadline: Mapped[dt.datetime | None] = mapped_column(default=None)
+    """A best-effort lease times out at this instant if still waiting."""
+    hold_expires_at: Mapped[dt.datetime | None] = mapped_column(default=None)
     reservations: Mapped[list[Reservation]] = relationship(
         back_populates="lease", lazy="selectin", order_by="Reservation.created_at"
     )

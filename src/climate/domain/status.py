@@ -14,6 +14,21 @@ class LeaseStatus(enum.StrEnum):
     TERMINATING = "TERMINATING"
     TERMINATED = "TERMINATED"
     ERROR = "ERROR"
+    IN_PROGRESS = "IN_PROGRESS"
+    """A retry or best-effort lease waiting for capacity (the seeds' in_progress)."""
+    TIMEDOUT = "TIMEDOUT"
+    """A best-effort lease that found no capacity before its deadline."""
+    HELD = "HELD"
+    """A hold: resources allocated, waiting for confirmation."""
+    EXPIRED = "EXPIRED"
+    """A hold that lapsed unconfirmed; its resources went back."""
+
+
+class LeaseType(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    IMMEDIATE = "immediate"
+    RETRY = "retry"
+    BEST_EFFORT = "best_effort"
 
 
 class ReservationStatus(enum.StrEnum):
@@ -62,6 +77,18 @@ LEASE_TRANSITIONS: dict[LeaseStatus, frozenset[LeaseStatus]] = {
     LeaseStatus.TERMINATING: frozenset({LeaseStatus.TERMINATED, LeaseStatus.ERROR}),
     LeaseStatus.TERMINATED: frozenset(),
     LeaseStatus.ERROR: frozenset({LeaseStatus.TERMINATING, LeaseStatus.TERMINATED}),
+    # IN_PROGRESS -> ERROR: a retry lease's last attempt failed.
+    LeaseStatus.IN_PROGRESS: frozenset(
+        {
+            LeaseStatus.PENDING,
+            LeaseStatus.TIMEDOUT,
+            LeaseStatus.ERROR,
+            LeaseStatus.TERMINATED,
+        }
+    ),
+    LeaseStatus.TIMEDOUT: frozenset(),
+    LeaseStatus.HELD: frozenset({LeaseStatus.PENDING, LeaseStatus.EXPIRED, LeaseStatus.TERMINATED}),
+    LeaseStatus.EXPIRED: frozenset(),
 }
 
 RESERVATION_TRANSITIONS: dict[ReservationStatus, frozenset[ReservationStatus]] = {

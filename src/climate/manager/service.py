@@ -44,6 +44,7 @@ from climate.manager.handlers import (
     mark_in_progress,
 )
 from climate.services.context import ServiceContext
+from climate.services.leases import LeaseService
 
 LOG = logging.getLogger(__name__)
 BATCH = 1000
@@ -132,6 +133,10 @@ class Manager:
         self._prepare_seconds = 0.0
         self._expecting: dt.datetime | None = None
         """The earliest waiting event at the last read of the queue (None: not known)."""
+        self._queue_version: int | None = None
+        """The admission version when the waiting queue was last served."""
+        self._freed = False
+        """Leases ended since the queue was last served."""
 
     @property
     def _with_events(self) -> bool:
@@ -149,6 +154,7 @@ class Manager:
             with _gc_paused():
                 result = self._run_plan(plan)
             self._record_failures(result)
+            self._freed = self._freed or bool(result.kinds[EventType.END_LEASE])
             done += result.ran
         while True:
             with _gc_paused():
@@ -157,6 +163,7 @@ class Manager:
                     return done
                 result = self._execute(claimed)
             self._record_failures(result)
+            self._freed = self._freed or bool(result.kinds[EventType.END_LEASE])
             done += result.ran
             if not result.ran:
                 return done  # every claim was lost to another manager: nothing left for us
@@ -414,14 +421,39 @@ class Manager:
     def _holds(self, event: Event) -> bool:
         return event.status == EventStatus.IN_PROGRESS and event.claimed_by == self.name
 
+    # -- the waiting queue -------------------------------------------------------------------
+
+    def serve_queue(self) -> int:
+        """Serve the waiting queue (``LeaseService.serve_queue``) if capacity may have freed
+        since it was last served (the admission version moved: a delete, a shrink, a host
+        added; or a lease ended here) or one of its timers is due. Returns how many leases
+        were admitted."""
+        now = self.ctx.clock.now()
+        with self.ctx.db.reader() as session:
+            version = lease_rows.admission_version(session)
+            due, _ = lease_rows.queue_timers(session)
+        changed = self._freed or version != self._queue_version
+        if not changed and (due is None or due > now):
+            return 0
+        # Taken before serving: the queue's own admissions move the version and make the next
+        # call look once more, which admits nothing new unless something else freed meanwhile.
+        self._queue_version, self._freed = version, False
+        return LeaseService(self.ctx).serve_queue(capacity_changed=changed)
+
     # -- the loop ----------------------------------------------------------------------------
 
     def seconds_until_next(self) -> float:
         self._expecting = None  # while reading, every wake-up counts
+        settings = self.ctx.settings
         with self.ctx.db.reader() as session:
             due = lease_rows.next_due(session)
+            queue_due, hunting = lease_rows.queue_timers(session)
+        if queue_due is not None:
+            due = queue_due if due is None else min(due, queue_due)
         self._expecting = NOTHING_DUE if due is None else due
-        return seconds_until(due, self.ctx.clock.now(), self.ctx.settings.max_wait_seconds)
+        # Best-effort leases also look now and then for capacity freed without a wake-up.
+        most = min(settings.max_wait_seconds, settings.queue_poll_seconds) if hunting else None
+        return seconds_until(due, self.ctx.clock.now(), most or settings.max_wait_seconds)
 
     def _sleep_or_prepare(self) -> float:
         """Seconds to sleep: until the next event is due, or until it is time to plan it.
@@ -475,7 +507,7 @@ class Manager:
             self._wake.clear()
             try:
                 self.run_due()
-                wait = self._sleep_or_prepare()
+                wait = 0.0 if self.serve_queue() else self._sleep_or_prepare()
             except Exception:
                 LOG.exception("manager pass failed; retrying in 1 s")
                 wait = 1.0

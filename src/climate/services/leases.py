@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from climate.db import audit
 from climate.db import leases as lease_rows
-from climate.db.engine import ADMISSION_LOCK
+from climate.db.engine import ADMISSION_LOCK, retry_transient
 from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation, new_id
 from climate.domain.actor import Actor
 from climate.domain.status import (
@@ -21,10 +22,11 @@ from climate.domain.status import (
     EventStatus,
     EventType,
     LeaseStatus,
+    LeaseType,
     ReservationStatus,
     check_lease_transition,
 )
-from climate.errors import Conflict, InvalidInput, NotFound
+from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
 from climate.notify import enqueue_lease
 from climate.resources import pick
 from climate.services import offers
@@ -32,6 +34,10 @@ from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 # A start given as a date may lag the clock by this much (a client rounding "now" to the minute).
 START_TOLERANCE = dt.timedelta(seconds=60)
+WAITING_TYPES = frozenset({LeaseType.RETRY, LeaseType.BEST_EFFORT})
+"""Lease types that wait in the queue (status IN_PROGRESS) when refused at creation."""
+STARTING_NOW = (LeaseStatus.PENDING, LeaseStatus.STARTING)
+POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,15 @@ class LeaseRequest:
     where it fits (``start`` and ``end`` are then ``earliest_start`` and ``latest_end``)."""
     dry_run: bool = False
     """Answer what would happen and write nothing."""
+    lease_type: LeaseType = LeaseType.SCHEDULED
+    priority: int | None = None
+    """Place in the waiting queue (higher first); None: the default, 0."""
+    retries: int | None = None
+    """A retry lease's cap on admission attempts; None: ``retry_max_attempts``."""
+    deadline: dt.datetime | None = None
+    """When a best-effort lease stops hunting."""
+    hold: dt.timedelta | None = None
+    """Create a hold (HELD) that lapses after this long unless confirmed."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,7 @@ class LeaseService:
 
     # -- writes ------------------------------------------------------------------------------
 
+    @retry_transient
     def create(self, actor: Actor, request: LeaseRequest) -> Lease:
         """Admit and record a lease, all or nothing. A flexible window (``duration``) is placed
         first (``offers.create_flexible``); a dry run is rolled back; a refusal carries its reason
@@ -127,11 +143,14 @@ class LeaseService:
         """
         self.ctx.policy.enforce(actor, "blazar:leases:post", _owned_by(actor))
         if request.duration is not None:
+            if request.lease_type != LeaseType.SCHEDULED or request.hold is not None:
+                raise InvalidInput("duration", "a flexible window is for scheduled leases only")
             return offers.create_flexible(self, actor, request, request.duration)
         now = self.ctx.clock.now()
         _check_name(request.name)
         start = self._check_start(request.start, now)
         _check_window(start, request.end)
+        self._check_kind(actor, request, start, now)
         if not request.reservations:
             raise InvalidInput("reservations", "a lease needs at least one reservation")
         prepared = [
@@ -144,75 +163,147 @@ class LeaseService:
             for i, r in enumerate(request.reservations)
         ]
         before_end = self._before_end(request.before_end, start, request.end)
+        if request.lease_type in WAITING_TYPES and not request.dry_run:
+            try:
+                with self.ctx.db.transaction() as session:
+                    lease = self._write(session, actor, request, start, before_end, prepared, now)
+            except NotEnoughCapacity as refused:
+                with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+                    lease = self._write_waiting(
+                        session, actor, request, start, before_end, prepared, now, str(refused)
+                    )
+            return lease
         with (
             offers.explaining(self.ctx, request, start, [params for params, _ in prepared]),
             contextlib.suppress(offers.DryRun),
             self.ctx.db.transaction() as session,
         ):
-            lease_id = new_id()
-            lease = Lease(
-                id=lease_id,
-                name=request.name,
-                project_id=actor.project_id,
-                user_id=actor.user_id,
-                trust_id=None,
-                start_date=start,
-                end_date=request.end,
-                before_end_date=before_end,
-                status=LeaseStatus.PENDING,
-                status_reason=None,
-                degraded=False,
-                deleted_at=None,
-                created_at=now,
-                updated_at=None,
-                reservations=[
-                    Reservation(
-                        id=new_id(),
-                        lease_id=lease_id,
-                        resource_type=req.resource_type,
-                        resource_id=new_id(),
-                        status=ReservationStatus.PENDING,
-                        missing_resources=False,
-                        resources_changed=False,
-                        params=params,
-                        created_at=now,
-                        updated_at=None,
-                    )
-                    for params, req in prepared
-                ],
-                events=sorted(
-                    (
-                        _event(lease_id, kind, when, now)
-                        for kind, when in (
-                            (EventType.START_LEASE, start),
-                            (EventType.END_LEASE, request.end),
-                            (EventType.BEFORE_END_LEASE, before_end),
-                        )
-                    ),
-                    key=lambda e: e.time,
-                ),
-            )
-            # Written with Core inserts and kept outside the session: nothing to flush or reload.
-            # These rows are invisible to others until commit, so they go before the admission
-            # lock: only the name check and the capacity decision are serialised.
-            lease_rows.insert_new(session, lease)
-            _audit(session, now, actor, "lease.create", lease, _window(lease))
-            self.ctx.db.lock(session, ADMISSION_LOCK)
-            if lease_rows.name_taken(session, actor.project_id, request.name, other_than=lease_id):
-                raise Conflict(
-                    f"name: a lease named {request.name!r} already exists in project "
-                    f"{actor.project_id}"
-                )
-            for reservation in lease.reservations:
-                self.ctx.resource_types[reservation.resource_type].admit(
-                    session, reservation, start, request.end, active=False, now=now
-                )
-            self._notify(session, "lease.create", lease, now)
-            self.ctx.events_changed(session, start)
+            lease = self._write(session, actor, request, start, before_end, prepared, now)
             if request.dry_run:
                 raise offers.DryRun  # undoes every write above; the lease stays as built
+        if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
+            return self._started_soon(actor, lease)
         return lease  # fully loaded: the notification above rendered all of it
 
+    def _write(
+        self,
+        session: Session,
+        actor: Actor,
+        request: LeaseRequest,
+        start: dt.datetime,
+        before_end: dt.datetime,
+        prepared: Sequence[tuple[dict[str, Any], ReservationRequest]],
+        now: dt.datetime,
+    ) -> Lease:
+        """Write and admit a new lease (HELD without events if ``request`` asks for a hold)."""
+        lease = self._build(actor, request, start, before_end, prepared, now)
+        wake = start
+        if request.hold is not None:
+            lease.status = LeaseStatus.HELD
+            lease.hold_expires_at = wake = min(now + request.hold, start)
+        else:
+            lease.events = _events(lease, now)
+        # Written with Core inserts and kept outside the session: nothing to flush or reload.
+        # These rows are invisible to others until commit, so they go before the admission
+        # lock: only the name check and the capacity decision are serialised.
+        lease_rows.insert_new(session, lease)
+        _audit(session, now, actor, "lease.create", lease, _window(lease))
+        self.ctx.db.lock(session, ADMISSION_LOCK)
+        self._check_name_free(session, actor, lease)
+        for reservation in lease.reservations:
+            self.ctx.resource_types[reservation.resource_type].admit(
+                session, reservation, start, request.end, active=False, now=now
+            )
+        self._notify(session, "lease.create", lease, now)
+        self.ctx.events_changed(session, wake)
+        return lease
+
+    def _write_waiting(
+        self,
+        session: Session,
+        actor: Actor,
+        request: LeaseRequest,
+        start: dt.datetime,
+        before_end: dt.datetime,
+        prepared: Sequence[tuple[dict[str, Any], ReservationRequest]],
+        now: dt.datetime,
+        reason: str,
+    ) -> Lease:
+        """Record a refused retry or best-effort lease as waiting: no allocation, no event."""
+        lease = self._build(actor, request, start, before_end, prepared, now)
+        lease.status = LeaseStatus.IN_PROGRESS
+        lease.status_reason = reason
+        lease.attempts = 1
+        if request.lease_type == LeaseType.RETRY:
+            lease.next_attempt_at = now + self._retry_interval
+        self._check_name_free(session, actor, lease)
+        lease_rows.insert_new(session, lease)
+        _audit(session, now, actor, "lease.create", lease, _window(lease))
+        self._notify(session, "lease.create", lease, now)
+        self.ctx.events_changed(session, now)
+        return lease
+
+    def _check_name_free(self, session: Session, actor: Actor, lease: Lease) -> None:
+        if lease_rows.name_taken(session, actor.project_id, lease.name, other_than=lease.id):
+            raise Conflict(
+                f"name: a lease named {lease.name!r} already exists in project {actor.project_id}"
+            )
+
+    def _build(
+        self,
+        actor: Actor,
+        request: LeaseRequest,
+        start: dt.datetime,
+        before_end: dt.datetime,
+        prepared: Sequence[tuple[dict[str, Any], ReservationRequest]],
+        now: dt.datetime,
+    ) -> Lease:
+        """The new lease as an object outside the session, every column set, PENDING."""
+        lease_id = new_id()
+        max_attempts = None
+        if request.lease_type == LeaseType.RETRY:
+            max_attempts = request.retries or self.ctx.settings.retry_max_attempts
+        return Lease(
+            id=lease_id,
+            name=request.name,
+            project_id=actor.project_id,
+            user_id=actor.user_id,
+            trust_id=None,
+            start_date=start,
+            end_date=request.end,
+            before_end_date=before_end,
+            status=LeaseStatus.PENDING,
+            status_reason=None,
+            degraded=False,
+            deleted_at=None,
+            lease_type=request.lease_type,
+            priority=request.priority or 0,
+            attempts=0,
+            max_attempts=max_attempts,
+            next_attempt_at=None,
+            deadline=request.deadline,
+            hold_expires_at=None,
+            created_at=now,
+            updated_at=None,
+            events=[],
+            reservations=[
+                Reservation(
+                    id=new_id(),
+                    lease_id=lease_id,
+                    resource_type=req.resource_type,
+                    resource_id=new_id(),
+                    status=ReservationStatus.PENDING,
+                    missing_resources=False,
+                    resources_changed=False,
+                    params=params,
+                    created_at=now,
+                    updated_at=None,
+                )
+                for params, req in prepared
+            ],
+        )
+
+    @retry_transient
     def update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
         """Change a lease; any new shape is re-admitted atomically or nothing changes.
 
@@ -274,10 +365,13 @@ class LeaseService:
                 changed["reservations"] = [r.id for r, _, _ in edits]
             _audit(session, now, actor, "lease.update", lease, changed)
             waiting = [e.not_before for e in lease.events if e.status == EventStatus.UNDONE]
+            if reshaped and lease_rows.queue_waits(session):
+                waiting.append(now)  # a shorter lease frees capacity: the queue looks again
             if waiting:
                 self.ctx.events_changed(session, min(waiting))
         return lease
 
+    @retry_transient
     def delete(self, actor: Actor, lease_id: str) -> None:
         """Delete a lease; a running one ends now and its resources go back to the free pool."""
         now = self.ctx.clock.now()
@@ -298,6 +392,7 @@ class LeaseService:
                         session, reservation, now
                     )
                     reservation.status = ReservationStatus.DELETED
+                self._freed(session, now)
             elif lease.status != LeaseStatus.TERMINATED:
                 # The manager takes the resources back through the backend, now. Events a
                 # manager has taken meanwhile are left to it: they run before the end.
@@ -313,7 +408,199 @@ class LeaseService:
                 self.ctx.events_changed(session, now)
             session.flush()
 
+    def confirm(self, actor: Actor, lease_id: str) -> Lease:
+        """Confirm a hold: it becomes a PENDING lease that starts at its start date.
+
+        :raises Conflict: the lease is not HELD, or its hold has lapsed.
+        """
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease = self._load(session, actor, lease_id, "climate:leases:confirm")
+            if lease.status != LeaseStatus.HELD:
+                raise Conflict(f"lease {lease.id} is {lease.status}, not HELD: nothing to confirm")
+            assert lease.hold_expires_at is not None
+            if lease.hold_expires_at <= now:
+                raise Conflict(f"lease {lease.id}: its hold lapsed at {lease.hold_expires_at}")
+            check_lease_transition(lease.status, LeaseStatus.PENDING)
+            lease.status = LeaseStatus.PENDING
+            lease.hold_expires_at = None
+            lease.updated_at = now
+            lease.events.extend(_events(lease, now))
+            session.flush()
+            self._notify(session, "lease.update", lease, now)
+            _audit(session, now, actor, "lease.confirm", lease, {"status": LeaseStatus.PENDING})
+            self.ctx.events_changed(session, lease.start_date)
+        return lease
+
+    # -- the waiting queue (run by the manager) ---------------------------------------------
+
+    def queue_positions(self) -> dict[str, int]:
+        """Each waiting lease's place in the queue, from 1, across every project."""
+        with self.ctx.db.reader() as session:
+            return {row.id: i for i, row in enumerate(lease_rows.waiting(session), start=1)}
+
+    def serve_queue(self, capacity_changed: bool) -> int:
+        """Lapse expired holds, time out best-effort leases past their deadline, then try to
+        admit the waiting leases in queue order (docs/lease-types.md), each in its own
+        transaction: retry leases whose attempt is due, best-effort leases if
+        ``capacity_changed`` (or a hold lapsed just now). Returns how many were admitted."""
+        now = self.ctx.clock.now()
+        with self.ctx.db.reader() as session:
+            lapsing = lease_rows.lapsed_holds(session, now)
+            queue = lease_rows.waiting(session)
+        for lease_id in lapsing:
+            self._lapse(lease_id, now)
+        capacity_changed = capacity_changed or bool(lapsing)
+        admitted = 0
+        for row in queue:
+            if row.lease_type == LeaseType.BEST_EFFORT:
+                if row.deadline is not None and row.deadline <= now:
+                    self._give_up(row.id, LeaseStatus.TIMEDOUT, "no capacity before the deadline")
+                    continue
+                if not capacity_changed:
+                    continue
+            elif row.next_attempt_at is not None and row.next_attempt_at > now:
+                continue
+            admitted += self._attempt(row.id, now)
+        return admitted
+
+    def _attempt(self, lease_id: str, now: dt.datetime) -> int:
+        """Admit a waiting lease now for its duration; on a refusal count the attempt."""
+        try:
+            with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+                lease = lease_rows.get_for_update(session, lease_id)
+                if lease is None or lease.status != LeaseStatus.IN_PROGRESS:
+                    return 0
+                shift = now - lease.start_date
+                start, end = now, lease.end_date + shift
+                for reservation in lease.reservations:
+                    self.ctx.resource_types[reservation.resource_type].admit(
+                        session, reservation, start, end, active=False, now=now
+                    )
+                check_lease_transition(lease.status, LeaseStatus.PENDING)
+                lease.status = LeaseStatus.PENDING
+                lease.status_reason = None
+                lease.attempts += 1
+                lease.next_attempt_at = None
+                lease.start_date, lease.end_date = start, end
+                if lease.before_end_date is not None:
+                    lease.before_end_date += shift
+                lease.updated_at = now
+                lease.events.extend(_events(lease, now))
+                session.flush()
+                self._notify(session, "lease.update", lease, now)
+                self.ctx.events_changed(session, now)
+            return 1
+        except NotEnoughCapacity as refused:
+            self._refused(lease_id, str(refused), now)
+            return 0
+
+    def _refused(self, lease_id: str, reason: str, now: dt.datetime) -> None:
+        with self.ctx.db.transaction() as session:
+            lease = lease_rows.get_for_update(session, lease_id)
+            if lease is None or lease.status != LeaseStatus.IN_PROGRESS:
+                return
+            lease.attempts += 1
+            lease.status_reason = reason
+            lease.updated_at = now
+            if lease.lease_type != LeaseType.RETRY:
+                return
+            if lease.max_attempts is not None and lease.attempts >= lease.max_attempts:
+                check_lease_transition(lease.status, LeaseStatus.ERROR)
+                lease.status = LeaseStatus.ERROR
+                lease.next_attempt_at = None
+                lease.status_reason = f"refused {lease.attempts} time(s); last: {reason}"
+                self._notify(session, "lease.error", lease, now)
+            else:
+                lease.next_attempt_at = now + self._retry_interval
+                lease_rows.signal_event_change(session, lease.next_attempt_at)
+
+    def _give_up(self, lease_id: str, status: LeaseStatus, reason: str) -> None:
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction() as session:
+            lease = lease_rows.get_for_update(session, lease_id)
+            if lease is None or lease.status != LeaseStatus.IN_PROGRESS:
+                return
+            check_lease_transition(lease.status, status)
+            lease.status = status
+            lease.status_reason = f"{reason}; last refusal: {lease.status_reason}"
+            lease.updated_at = now
+            self._notify(session, "lease.error", lease, now)
+
+    def _lapse(self, lease_id: str, now: dt.datetime) -> None:
+        """Release an unconfirmed hold whose expiry has come."""
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease = lease_rows.get_for_update(session, lease_id)
+            if lease is None or lease.status != LeaseStatus.HELD:
+                return
+            for reservation in lease.reservations:
+                self.ctx.resource_types[reservation.resource_type].release(
+                    session, reservation, now
+                )
+                reservation.status = ReservationStatus.DELETED
+            check_lease_transition(lease.status, LeaseStatus.EXPIRED)
+            lease.status = LeaseStatus.EXPIRED
+            lease.status_reason = f"hold not confirmed by {lease.hold_expires_at}"
+            lease.updated_at = now
+            session.flush()
+            self._notify(session, "lease.update", lease, now)
+
     # -- helpers -----------------------------------------------------------------------------
+
+    def _freed(self, session: Session, now: dt.datetime) -> None:
+        """Capacity freed: wake the manager if leases wait for it."""
+        if lease_rows.queue_waits(session):
+            self.ctx.events_changed(session, now)
+
+    @property
+    def _retry_interval(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.ctx.settings.retry_interval_seconds)
+
+    def _check_kind(
+        self, actor: Actor, request: LeaseRequest, start: dt.datetime, now: dt.datetime
+    ) -> None:
+        """The fields of lease types, priority and holds, each against its own rules."""
+        kind = request.lease_type
+        if kind != LeaseType.SCHEDULED and request.start is not None and start > now:
+            raise InvalidInput("start_date", f"an {kind} lease starts now; give 'now'")
+        if request.priority is not None and request.priority > 0:
+            self.ctx.policy.enforce(actor, "climate:leases:priority", _owned_by(actor))
+        if request.retries is not None:
+            if kind != LeaseType.RETRY:
+                raise InvalidInput("retries", "only for lease_type 'retry'")
+            cap = self.ctx.settings.retry_max_attempts
+            if not 1 <= request.retries <= cap:
+                raise InvalidInput("retries", f"must be between 1 and {cap}")
+        if kind == LeaseType.BEST_EFFORT:
+            if request.deadline is None:
+                raise InvalidInput("deadline", "required for lease_type 'best_effort'")
+            if request.deadline <= now:
+                raise InvalidInput("deadline", "must be in the future")
+        elif request.deadline is not None:
+            raise InvalidInput("deadline", "only for lease_type 'best_effort'")
+        if request.hold is not None:
+            if kind != LeaseType.SCHEDULED:
+                raise InvalidInput("hold", "only scheduled leases can be held")
+            if start <= now:
+                raise InvalidInput("hold", "a hold needs a start_date in the future")
+            if (
+                not dt.timedelta(0)
+                < request.hold
+                <= dt.timedelta(seconds=self.ctx.settings.hold_max_seconds)
+            ):
+                raise InvalidInput(
+                    "hold.expires_in",
+                    f"must be between 1 and {self.ctx.settings.hold_max_seconds} seconds",
+                )
+
+    def _started_soon(self, actor: Actor, lease: Lease) -> Lease:
+        """The immediate lease once the manager has started it (or failed to), waiting at most
+        ``immediate_wait_seconds``; as it stands then otherwise."""
+        deadline = time.monotonic() + self.ctx.settings.immediate_wait_seconds
+        while lease.status in STARTING_NOW and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+            lease = self.get(actor, lease.id)
+        return lease
 
     def _load(self, session: Session, actor: Actor, lease_id: str, rule: str) -> Lease:
         """The lease if the caller may see it and ``rule`` allows the action on it. Another
@@ -397,6 +684,19 @@ class LeaseService:
         enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
 
 
+def _events(lease: Lease, now: dt.datetime) -> list[Event]:
+    """A lease's start, before-end and end events, in time order."""
+    wanted = [
+        (EventType.START_LEASE, lease.start_date),
+        (EventType.END_LEASE, lease.end_date),
+        (EventType.BEFORE_END_LEASE, lease.before_end_date),
+    ]
+    return sorted(
+        (_event(lease.id, kind, when, now) for kind, when in wanted if when is not None),
+        key=lambda e: e.time,
+    )
+
+
 def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) -> Event:
     return Event(
         id=new_id(),
@@ -420,7 +720,10 @@ def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) 
 def _started(lease: Lease, held: Sequence[Event]) -> bool:
     """Whether the lease has started, or a manager is starting it: its status has moved on, or
     its start is not among its waiting events, ``held`` by this transaction (a manager took it
-    and will write ACTIVE, even if the lease still shows PENDING)."""
+    and will write ACTIVE, even if the lease still shows PENDING). Waiting and held leases
+    have no events and have not started."""
+    if lease.status in (LeaseStatus.IN_PROGRESS, LeaseStatus.HELD):
+        return False
     return lease.status != LeaseStatus.PENDING or all(
         e.event_type != EventType.START_LEASE for e in held
     )

@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=42, help="create: random seed (default %(default)s)")
     p.add_argument(
-        "--events-leases", type=int, default=200, help="events: leases (default %(default)s)"
+        "--events-leases", type=int, default=1000, help="events: leases (default %(default)s)"
     )
     p.add_argument("--events-hosts", type=int, help="events: hosts (default: --events-leases)")
     p.add_argument(

@@ -260,3 +260,10 @@ def call_instance_operations(call: Conformance) -> None:
     )
     call("GET", "/v1/instances/allocations", 200)
     call("GET", "/v1/instances/allocations", 200, headers=MEMBER)
+    stack = "heat_template_version: 2018-08-31\nresources:\n  web:\n    type: OS::Nova::Server\n"
+    stack += "    properties: {flavor: m1.small}\n  net:\n    type: OS::Neutron::Net\n"
+    answer = call(
+        "POST", "/v1/leases/from-template", 201, json={"name": "stack", **window, "template": stack}
+    ).json()
+    assert answer["warnings"] == ["net: resource type OS::Neutron::Net is not reserved"]
+    call("POST", "/v1/leases/from-template", 400, json={"name": "bad", **window, "template": "["})

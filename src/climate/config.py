@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from climate.errors import InvalidInput
+from climate.services.templates import parse_flavors
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -54,6 +55,11 @@ class Settings:
     retry_interval_seconds: float = 60.0
     queue_poll_seconds: float = 5.0
     hold_max_seconds: int = 86_400
+    flavors: str = (
+        "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"
+        "m1.xlarge=8:16384:160"
+    )
+    """Heat flavors a stack template may name, ``name=vcpus:memory_mb:disk_gb`` by commas."""
 
     @property
     def effective_database_url(self) -> str:
@@ -122,4 +128,5 @@ def load_settings(
     for ratio in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):
         if not getattr(settings, ratio) > 0:
             raise InvalidInput(ratio, f"must be a number above 0, not {getattr(settings, ratio)}")
+    parse_flavors(settings.flavors)
     return settings

@@ -23,6 +23,7 @@ from climate.api import (
     leases,
     openapi,
     operations,
+    templates,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
@@ -110,6 +111,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
+    app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(hosts.router)
     app.include_router(audit.router)

@@ -507,6 +507,23 @@ SCHEMAS: dict[str, JsonSchema] = {
         "required": ["private"],
         "examples": [{"private": True}],
     },
+    "LeaseFromTemplate": {
+        "type": "object",
+        "properties": {
+            **_LEASE_FIELDS,
+            **_LEASE_TYPE_FIELDS,
+            "template": {"type": "string", "description": "a Heat (HOT) template's YAML text"},
+            "parameters": {
+                "type": "object",
+                "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"}]},
+                "description": "values of the template's parameters (else their defaults)",
+            },
+        },
+        "required": ["name", "end_date", "template"],
+        "additionalProperties": False,
+        "description": "one lease for a Heat stack: servers by flavor, volumes by size, floating "
+        "IPs by network, resource groups times their count (docs/resources.md, Stacks)",
+    },
     "ForceEnd": {
         "type": "object",
         "properties": {
@@ -978,6 +995,19 @@ _ANSWERS: dict[str, JsonSchema] = {
         "required": ["lease"],
         "additionalProperties": False,
     },
+    "from_template": {
+        "type": "object",
+        "properties": {
+            "lease": _ref("Lease"),
+            "warnings": {
+                "type": "array",
+                "items": STRING,
+                "description": "the template's resources not reserved, one each",
+            },
+        },
+        "required": ["lease", "warnings"],
+        "additionalProperties": False,
+    },
     "dry_run": {
         "type": "object",
         "properties": {
@@ -1111,6 +1141,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "LeaseCreate",
         creates=("lease_id", "/lease/id"),
         also=((200, "dry_run"),),
+    ),
+    ("POST", "/v1/leases/from-template"): Operation(
+        (201, "from_template"), _V1 | _WRITE, "LeaseFromTemplate"
     ),
     ("GET", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE),
     ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE, "LeaseUpdate"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 from urllib.parse import urlencode
 
@@ -63,12 +64,12 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
-def _extras(pairs: list[str]) -> dict[str, str]:
+def _extras(pairs: list[str], option: str = "--extra") -> dict[str, str]:
     found = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: --extra wants key=value, not {pair!r}")
+            raise SystemExit(f"error: {option} wants key=value, not {pair!r}")
         found[key] = value
     return found
 
@@ -127,6 +128,8 @@ def lease_command(args: argparse.Namespace) -> None:
         _show(args, leases, ["id", "name", "status", "start_date", "end_date"])
     elif args.action == "show":
         _show_lease(args, api.call("GET", f"/leases/{args.lease}")["lease"])
+    elif args.action == "create" and args.from_template:
+        _create_from_template(api, args)
     elif args.action == "create":
         reservation: dict[str, Any] = {
             "resource_type": "physical:host",
@@ -168,6 +171,31 @@ def lease_command(args: argparse.Namespace) -> None:
     elif args.action == "force-end":
         body = {"skip_backend": args.skip_backend}
         _show_lease(args, api.call("POST", f"/leases/{args.lease}/force-end", body)["lease"])
+
+
+def _create_from_template(api: ApiClient, args: argparse.Namespace) -> None:
+    """One lease for a Heat stack template; the resources it does not reserve are warned about."""
+    if args.end is None or args.duration is not None or args.dry_run:
+        raise SystemExit("error: --from-template takes --start and --end (no window, no dry run)")
+    try:
+        with open(args.from_template, encoding="utf-8") as handle:
+            template = handle.read()
+    except OSError as exc:
+        raise SystemExit(f"error: cannot read {args.from_template}: {exc}") from exc
+    body = {
+        "name": args.name,
+        "start_date": args.start,
+        "end_date": args.end,
+        "template": template,
+        "parameters": _extras(args.parameter, "--parameter"),
+    }
+    answer = api.call("POST", "/leases/from-template", body)
+    if args.json:
+        print(render_json(answer))
+        return
+    _show_lease(args, answer["lease"])
+    for warning in answer["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def availability_command(args: argparse.Namespace) -> None:
@@ -274,6 +302,14 @@ def register(sub: Any) -> None:
     p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
     p.add_argument(
         "--properties", help='resource_properties query, e.g. \'["==", "$gpu", "a100"]\''
+    )
+    p.add_argument(
+        "--from-template",
+        metavar="STACK.yaml",
+        help="reserve what a Heat (HOT) template needs instead of hosts (docs/resources.md)",
+    )
+    p.add_argument(
+        "--parameter", action="append", default=[], metavar="KEY=VALUE", help="a template parameter"
     )
     add_client_options(p)
     p = lease_actions.add_parser("update")

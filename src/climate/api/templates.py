@@ -1,0 +1,66 @@
+"""/v1/leases/from-template: one lease for everything a Heat stack template needs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from climate import wire
+from climate.api.deps import ActorDep, BodyDep, ServicesDep
+from climate.api.parsing import json_object, lease_request
+from climate.errors import InvalidInput
+from climate.services.templates import parse_flavors, reservations_from_template
+
+router = APIRouter(prefix="/v1/leases", tags=["leases"])
+FIELDS = frozenset(
+    {
+        "name",
+        "start_date",
+        "end_date",
+        "before_end_date",
+        "events",
+        "lease_type",
+        "priority",
+        "retries",
+        "deadline",
+        "hold",
+        "hold_minutes",
+        "template",
+        "parameters",
+    }
+)
+"""A fixed-dates lease body without ``reservations``: the template gives them."""
+
+
+def _parameters(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("parameters", "must be an object of parameter values")
+    for key, given in value.items():
+        if not isinstance(given, str | int | float) or isinstance(given, bool):
+            raise InvalidInput(f"parameters.{key}", f"must be a string or number, not {given!r}")
+    return {key: str(given) for key, given in value.items()}
+
+
+@router.post("/from-template", status_code=201)
+def create_lease_from_template(
+    services: ServicesDep, actor: ActorDep, body: BodyDep
+) -> JSONResponse:
+    """201 with the lease for a HOT ``template`` (its ``parameters`` given as an object) and a
+    warning per resource it does not reserve; the other fields are ``POST /v1/leases``'s (fixed
+    dates only)."""
+    fields = json_object(body)
+    unknown = sorted(set(fields) - FIELDS)
+    if unknown:
+        raise InvalidInput(unknown[0], f"unknown field; allowed: {', '.join(sorted(FIELDS))}")
+    template = fields.pop("template", None)
+    if not isinstance(template, str):
+        raise InvalidInput("template", "required: the HOT template's YAML text")
+    flavors = parse_flavors(services.leases.ctx.settings.flavors)
+    reservations, warnings = reservations_from_template(
+        template, _parameters(fields.pop("parameters", None)), flavors
+    )
+    request = lease_request({**fields, "reservations": reservations})
+    lease = services.leases.create(actor, request)
+    return JSONResponse({"lease": wire.lease(lease), "warnings": warnings}, status_code=201)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from climate.db.allocations import narrowed
 from climate.db.engine import INVENTORY_VERSION
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
@@ -236,16 +237,15 @@ def allocations(
     )
     if host_range is not None:
         query = query.where(HostAllocation.host_id.between(*host_range))
-    if lease_id is not None:
-        query = query.where(HostAllocation.lease_id == lease_id)
-    if reservation_id is not None:
-        query = query.where(HostAllocation.reservation_id == reservation_id)
-    if project_id is not None:
-        query = query.where(Lease.project_id == project_id)
-    if start is not None:
-        query = query.where(HostAllocation.end_date > start)
-    if end is not None:
-        query = query.where(HostAllocation.start_date < end)
+    query = narrowed(
+        query,
+        HostAllocation,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        project_id=project_id,
+        start=start,
+        end=end,
+    )
     return [AllocationRow(*row) for row in session.execute(query)]
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
+from climate.db.allocations import narrowed
 from climate.db.hosts import SpanRow
 from climate.db.tables import HostAllocation, InstanceAllocation, Lease, new_id, table_of
 
@@ -217,14 +218,13 @@ def allocations(
     )
     if host_id is not None:
         query = query.where(InstanceAllocation.host_id == host_id)
-    if lease_id is not None:
-        query = query.where(InstanceAllocation.lease_id == lease_id)
-    if reservation_id is not None:
-        query = query.where(InstanceAllocation.reservation_id == reservation_id)
-    if project_id is not None:
-        query = query.where(Lease.project_id == project_id)
-    if start is not None:
-        query = query.where(InstanceAllocation.end_date > start)
-    if end is not None:
-        query = query.where(InstanceAllocation.start_date < end)
+    query = narrowed(
+        query,
+        InstanceAllocation,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        project_id=project_id,
+        start=start,
+        end=end,
+    )
     return [AllocationRow(*row) for row in session.execute(query)]

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.orm import Session
 
+from climate.db.allocations import narrowed
 from climate.db.hosts import AllocationRow, SpanRow, record_changes
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import Item, ItemAllocation, ItemProperty, Lease, new_id, table_of
@@ -247,14 +248,13 @@ def allocations(
         )
         .order_by(ItemAllocation.item_id, ItemAllocation.start_date)
     )
-    if lease_id is not None:
-        query = query.where(ItemAllocation.lease_id == lease_id)
-    if reservation_id is not None:
-        query = query.where(ItemAllocation.reservation_id == reservation_id)
-    if project_id is not None:
-        query = query.where(Lease.project_id == project_id)
-    if start is not None:
-        query = query.where(ItemAllocation.end_date > start)
-    if end is not None:
-        query = query.where(ItemAllocation.start_date < end)
+    query = narrowed(
+        query,
+        ItemAllocation,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        project_id=project_id,
+        start=start,
+        end=end,
+    )
     return [AllocationRow(*row) for row in session.execute(query)]

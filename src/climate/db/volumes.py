@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
+from climate.db.allocations import narrowed
 from climate.db.items import set_properties
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
@@ -186,14 +187,13 @@ def allocations(
         .where(Lease.deleted_at.is_(None), VolumeAllocation.pool_id.in_(list(pool_ids)))
         .order_by(VolumeAllocation.pool_id, VolumeAllocation.start_date)
     )
-    if lease_id is not None:
-        query = query.where(VolumeAllocation.lease_id == lease_id)
-    if reservation_id is not None:
-        query = query.where(VolumeAllocation.reservation_id == reservation_id)
-    if project_id is not None:
-        query = query.where(Lease.project_id == project_id)
-    if start is not None:
-        query = query.where(VolumeAllocation.end_date > start)
-    if end is not None:
-        query = query.where(VolumeAllocation.start_date < end)
+    query = narrowed(
+        query,
+        VolumeAllocation,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        project_id=project_id,
+        start=start,
+        end=end,
+    )
     return [PoolAllocation(*row) for row in session.execute(query)]

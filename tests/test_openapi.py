@@ -22,6 +22,7 @@ from climate.db.engine import Database
 from climate.runtime import build_context
 from tests.conftest import LiveServer
 from tests.test_items_http import call_item_operations
+from tests.test_series import call_series_operations
 
 MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
 READ_BODY = typing.get_args(BodyDep)[1].dependency
@@ -221,6 +222,9 @@ def call_every_operation(call: Conformance) -> None:
     hold = call("POST", "/v1/leases", 201, json={**held, "hold": {"expires_in": 600}}).json()
     call("POST", "/v1/leases/{lease_id}/confirm", 200, at={"lease_id": hold["lease"]["id"]})
     call("POST", "/v1/leases/{lease_id}/confirm", 409, at={"lease_id": hold["lease"]["id"]})
+    ids = {"lease_id": created["id"], "reservation_id": created["reservations"][0]["id"]}
+    call("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/start", 409, at=ids)
+    call("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/acknowledge", 409, at=ids)
     call("GET", "/v1/audit", 200)
     window = {"search_start": "2031-01-01 00:00", "search_end": "2031-01-03 00:00"}
     ask = {"reservations": [reservation], "duration": "01:00", **window}
@@ -236,11 +240,12 @@ def call_every_operation(call: Conformance) -> None:
     call("DELETE", "/v1/os-hosts/{host_id}", 204, at={"host_id": plain.json()["host"]["id"]})
     call_item_operations(call)
     call_instance_operations(call)
+    call_series_operations(call)
 
 
 def call_instance_operations(call: Conformance) -> None:
     size = {"vcpus": 8, "memory_mb": 8192, "local_gb": 100}
-    call("POST", "/v1/os-hosts", 201, json={"name": "sized", **size})
+    sized = call("POST", "/v1/os-hosts", 201, json={"name": "sized", **size}).json()["host"]
     reservation = {
         "resource_type": "virtual:instance",
         "amount": 2,
@@ -260,6 +265,10 @@ def call_instance_operations(call: Conformance) -> None:
     )
     call("GET", "/v1/instances/allocations", 200)
     call("GET", "/v1/instances/allocations", 200, headers=MEMBER)
+    call("GET", "/v1/instances/allocations", 200, params={"limit": 1})
+    call("GET", "/v1/instances/allocations", 400, params={"marker": "x"})
+    call("GET", "/v1/instances/allocations/{host_id}", 200, at={"host_id": sized["id"]})
+    call("GET", "/v1/instances/allocations/{host_id}", 404, at={"host_id": "999"})
     stack = "heat_template_version: 2018-08-31\nresources:\n  web:\n    type: OS::Nova::Server\n"
     stack += "    properties: {flavor: m1.small}\n  net:\n    type: OS::Neutron::Net\n"
     answer = call(

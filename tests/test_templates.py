@@ -278,3 +278,253 @@ def test_the_cli_creates_a_stack_lease_and_prints_the_warnings(
         ok=False,
     )
     assert "error (400)" in bad.stderr and "template.resources.web.properties.flavor" in bad.stderr
+
+
+# -- block device mappings and nested stacks ---------------------------------------------------
+
+SERVER = """
+heat_template_version: 2018-08-31
+parameters:
+  flavor: {type: string, default: m1.tiny}
+  disk: {type: number}
+resources:
+  vm:
+    type: OS::Nova::Server
+    properties:
+      flavor: {get_param: flavor}
+      block_device_mapping_v2: [{image: cirros, volume_size: {get_param: disk}, boot_index: 0}]
+  ip: {type: OS::Neutron::FloatingIP, properties: {floating_network: ext-net}}
+  port: {type: OS::Neutron::Port}
+"""
+
+
+def test_block_device_mappings_that_create_volumes_count_as_volumes() -> None:
+    reservations, _ = translate(
+        hot(
+            """
+            boot:
+              type: OS::Nova::Server
+              properties:
+                flavor: m1.small
+                block_device_mapping_v2:
+                  - {image: cirros, volume_size: 20, boot_index: 0}
+                  - {volume_id: existing-volume, volume_size: 99}
+                  - {swap_size: 1}
+                block_device_mapping:
+                  - {device_name: vdb, snapshot_id: snap, volume_size: {get_param: data}}
+            data: {type: OS::Cinder::Volume, properties: {size: 20}}
+            farm:
+              type: OS::Heat::ResourceGroup
+              properties:
+                count: 3
+                resource_def:
+                  type: OS::Nova::Server
+                  properties:
+                    flavor: m1.tiny
+                    block_device_mapping_v2: [{image: cirros, volume_size: 20}]
+        """,
+            "data: {type: number, default: 5}\n",
+        )
+    )
+    volumes = [r for r in reservations if r["resource_type"] == "virtual:volume"]
+    # 20 GB: the boot volume, the Cinder volume and three in the group; an existing volume
+    # (volume_id) and a swap disk are not reserved.
+    assert volumes == [
+        {"resource_type": "virtual:volume", "size_gb": 5, "amount": 1},
+        {"resource_type": "virtual:volume", "size_gb": 20, "amount": 5},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mapping", "field"),
+    [
+        ("block_device_mapping_v2: {volume_size: 1}", "block_device_mapping_v2"),
+        ("block_device_mapping_v2: [volume_size]", "block_device_mapping_v2[0]"),
+        ("block_device_mapping: [{volume_size: 0}]", "block_device_mapping[0].volume_size"),
+        ("block_device_mapping_v2: [{volume_size: big}]", "block_device_mapping_v2[0].volume_size"),
+    ],
+)
+def test_a_bad_block_device_mapping_is_named(mapping: str, field: str) -> None:
+    template = hot(f"vm: {{type: OS::Nova::Server, properties: {{flavor: m1.tiny, {mapping}}}}}\n")
+    assert refusal(template) == f"template.resources.vm.properties.{field}"
+
+
+def nested(
+    text: str, files: dict[str, str], **parameters: str
+) -> tuple[list[dict[str, object]], list[str]]:
+    return reservations_from_template(text, parameters, FLAVORS, files)
+
+
+def test_a_nested_stack_from_files_is_expanded_with_its_parameters_and_counts() -> None:
+    reservations, warnings = nested(
+        hot(
+            """
+            web:
+              type: OS::Heat::ResourceGroup
+              properties:
+                count: 2
+                resource_def: {type: server.yaml, properties: {flavor: m1.small, disk: 10}}
+            db: {type: server.yaml, properties: {disk: {get_param: db_disk}}}
+        """,
+            "db_disk: {type: number, default: 50}\n",
+        ),
+        {"server.yaml": SERVER},
+    )
+    assert reservations == [
+        {"resource_type": "virtual:instance", "amount": 2, "vcpus": 1, "memory_mb": 2048,
+         "disk_gb": 20},
+        {"resource_type": "virtual:instance", "amount": 1, "vcpus": 1, "memory_mb": 512,
+         "disk_gb": 1},
+        {"resource_type": "virtual:volume", "size_gb": 10, "amount": 2},
+        {"resource_type": "virtual:volume", "size_gb": 50, "amount": 1},
+        {"resource_type": "virtual:floatingip", "network_id": "ext-net", "amount": 3},
+    ]  # fmt: skip
+    assert warnings == [
+        "web/port: resource type OS::Neutron::Port is not reserved",
+        "db/port: resource type OS::Neutron::Port is not reserved",
+    ]
+
+
+def test_os_heat_stack_takes_its_template_inline_or_from_files() -> None:
+    inner = hot("v: {type: OS::Cinder::Volume, properties: {size: {get_param: size}}}\n")
+    reservations, warnings = nested(
+        hot("""
+            inline:
+              type: OS::Heat::Stack
+              properties: {template: {get_param: body}, parameters: {size: 7}}
+            filed:
+              type: OS::Heat::Stack
+              properties: {template: {get_file: disk.yaml}, parameters: {size: 7}}
+            lost:
+              type: OS::Heat::Stack
+              properties: {template: {get_file: missing.yaml}}
+        """).replace("{get_param: body}", repr(inner).replace("'", '"')),
+        {"disk.yaml": inner},
+    )
+    assert reservations == [{"resource_type": "virtual:volume", "size_gb": 7, "amount": 2}]
+    assert warnings == ["lost: nested template missing.yaml is not in files; not reserved"]
+
+
+def test_a_nested_type_not_in_files_is_warned_about() -> None:
+    reservations, warnings = nested(
+        hot("""
+            vm: {type: OS::Nova::Server, properties: {flavor: m1.tiny}}
+            app: {type: app.yaml}
+            remote: {type: "https://example.com/templates/db.template"}
+        """),
+        {},
+    )
+    assert [r["resource_type"] for r in reservations] == ["virtual:instance"]
+    assert warnings == [
+        "app: nested template app.yaml is not in files; not reserved",
+        "remote: nested template https://example.com/templates/db.template is not in files; "
+        "not reserved",
+    ]
+
+
+def chain(depth: int) -> dict[str, str]:
+    """level0.yaml names level1.yaml ... down to a volume at ``level{depth - 1}.yaml``."""
+    files = {
+        f"level{i}.yaml": hot(f"next: {{type: level{i + 1}.yaml}}\n") for i in range(depth - 1)
+    }
+    files[f"level{depth - 1}.yaml"] = hot("v: {type: OS::Cinder::Volume, properties: {size: 1}}\n")
+    return files
+
+
+@pytest.mark.parametrize(
+    ("files", "field", "message"),
+    [
+        ({"a.yaml": "[unclosed"}, "files.a.yaml", "not YAML"),
+        ({"a.yaml": "just text"}, "files.a.yaml", "HOT"),
+        ({"a.yaml": "resources: {}"}, "files.a.yaml.heat_template_version", "not a HOT"),
+        (
+            {"a.yaml": hot("b: {type: b.yaml}\n"), "b.yaml": hot("a: {type: a.yaml}\n")},
+            "files.a.yaml",
+            "cycle: a.yaml -> b.yaml -> a.yaml",
+        ),
+        ({"a.yaml": hot("me: {type: a.yaml}\n")}, "files.a.yaml", "cycle: a.yaml -> a.yaml"),
+        (
+            {"a.yaml": hot("vm: {type: OS::Nova::Server, properties: {flavor: m9.huge}}\n")},
+            "files.a.yaml.resources.vm.properties.flavor",
+            "m9.huge",
+        ),
+        (
+            {"a.yaml": hot("vm: {type: OS::Nova::Server, properties: {flavor: {get_param: f}}}\n")},
+            "template.resources.top.properties.f",
+            "files.a.yaml.resources.vm.properties.flavor",
+        ),
+    ],
+)
+def test_a_bad_nested_template_names_its_file(
+    files: dict[str, str], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        nested(hot("top: {type: a.yaml}\n"), files)
+    assert (refused.value.field, message in refused.value.message) == (field, True)
+
+
+def test_nested_stacks_go_at_most_five_deep() -> None:
+    top = hot("top: {type: level0.yaml}\n")
+    reservations, _ = nested(top, chain(5))
+    assert reservations == [{"resource_type": "virtual:volume", "size_gb": 1, "amount": 1}]
+    with pytest.raises(InvalidInput) as refused:
+        nested(top, chain(6))
+    assert refused.value.field == "files.level5.yaml"
+    assert "deeper than 5" in refused.value.message
+
+
+def test_expansion_is_bounded() -> None:
+    wide = "".join(f"r{i}: {{type: next.yaml}}\n" for i in range(100))
+    volume = "{type: OS::Cinder::Volume, properties: {size: 1}}"
+    leaf = "".join(f"v{i}: {volume}\n" for i in range(101))
+    with pytest.raises(InvalidInput, match="more than 10000 resources"):
+        nested(hot(wide), {"next.yaml": hot(leaf)})
+
+
+def test_nested_files_over_http_and_the_cli(live_sqlite: LiveServer, tmp_path: Path) -> None:
+    url = ("--url", live_sqlite.url)
+    size = ("--extra", "vcpus=8", "--extra", "memory_mb=16384", "--extra", "local_gb=200")
+    run("host", "create", "h1", *size, *url)
+    run("volume-pool", "create", "ssd", "--capacity-gb", "100", *url)
+    run("floatingip", "create", "ext-net", "172.24.4.10", *url)
+    run("floatingip", "create", "ext-net", "172.24.4.11", *url)
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(
+        hot("""
+            web:
+              type: OS::Heat::ResourceGroup
+              properties: {count: 2, resource_def: {type: server.yaml, properties: {disk: 10}}}
+            extra: {type: other.yaml}
+        """)
+    )
+    server = tmp_path / "server.yaml"
+    server.write_text(SERVER)
+    window = ("--start", WINDOW["start_date"], "--end", WINDOW["end_date"])
+    done = run(
+        "lease", "create", "nested", "--from-template", str(stack), *window, *url,
+        "--template-file", f"server.yaml={server}",
+    )  # fmt: skip
+    assert "2 x 1 vCPU" in done.stdout and "2 x 10 GB" in done.stdout
+    assert "warning: extra: nested template other.yaml is not in files" in done.stderr
+    assert "warning: web/port: resource type OS::Neutron::Port" in done.stderr
+    [lease] = run_json("lease", "list", *url)
+    assert lease["name"] == "nested"
+
+    server.write_text("heat_template_version: 2018-08-31\nresources: [not, a, mapping]\n")
+    bad = run(
+        "lease", "create", "bad", "--from-template", str(stack), *window, *url,
+        "--template-file", f"server.yaml={server}", ok=False,
+    )  # fmt: skip
+    assert "error (400)" in bad.stderr and "files.server.yaml.resources" in bad.stderr
+    unreadable = run(
+        "lease", "create", "bad", "--from-template", str(stack), *window, *url,
+        "--template-file", f"server.yaml={tmp_path / 'missing.yaml'}", ok=False,
+    )  # fmt: skip
+    assert "--template-file" in unreadable.stderr and "missing.yaml" in unreadable.stderr
+    with httpx.Client(base_url=f"{live_sqlite.url}/v1", timeout=30) as http:
+        body = {"name": "x", **WINDOW, "template": stack.read_text(), "files": {"a": 1}}
+        refused = http.post("/leases/from-template", json=body)
+        assert refused.status_code == 400 and refused.json()["error_message"].startswith("files.a")
+        refused = http.post("/leases/from-template", json={**body, "files": ["a"]})
+        assert refused.status_code == 400 and refused.json()["error_message"].startswith("files")
+    assert [lease["name"] for lease in run_json("lease", "list", *url)] == ["nested"]

@@ -70,7 +70,13 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "climate:leases:retry": "rule:admin",
         "climate:leases:force_end": "rule:admin",
         "climate:leases:confirm": "rule:admin_or_owner",
+        "climate:leases:start_reservation": "rule:admin_or_owner",
+        "climate:leases:acknowledge": "rule:admin_or_owner",
         "climate:leases:priority": "rule:admin",
+        "climate:series:create": "rule:admin_or_owner",
+        "climate:series:get": "rule:admin_or_owner",
+        "climate:series:delete": "rule:admin_or_owner",
+        "climate:leases:reclaim": "rule:admin_or_owner",
     }
 
 

@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from climate.db.leases import reminder_offsets
 from climate.db.tables import (
     Event,
     Host,
@@ -18,10 +19,13 @@ from climate.db.tables import (
     Item,
     ItemAllocation,
     Lease,
+    LeaseSeries,
     Reservation,
     VolumeAllocation,
     VolumePool,
 )
+from climate.domain.status import EndPolicy
+from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
 from climate.resources.hosts import HOST_COLUMNS
 from climate.resources.instances import enforcement
 from climate.resources.items import Kind
@@ -29,6 +33,7 @@ from climate.resources.items import Kind
 if TYPE_CHECKING:
     from climate.services.leases import LeaseRequest
     from climate.services.offers import Offer, Refusal
+    from climate.services.series import Skipped
 
 LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -46,7 +51,8 @@ def stamp(value: dt.datetime | None) -> str | None:
 
 def lease(row: Lease, queue_position: int | None = None) -> dict[str, Any]:
     """A lease as Blazar shows it, with Climate's own fields after (Blazar clients ignore
-    them): its type, queue priority and position, attempts, deadline and hold expiry."""
+    them): its type, queue priority and position, attempts, deadline and hold expiry, its
+    before-end instant and reminders, and the series it belongs to."""
     return {
         "id": row.id,
         "name": row.name,
@@ -70,7 +76,74 @@ def lease(row: Lease, queue_position: int | None = None) -> dict[str, Any]:
         "next_attempt_at": _optional_date(row.next_attempt_at),
         "deadline": _optional_date(row.deadline),
         "hold_expires_at": _optional_date(row.hold_expires_at),
+        "before_end_date": _optional_date(row.before_end_date),
+        "reminders": [duration(o) for o in reminder_offsets(row)],
+        "series_id": row.series_id,
+        "occurrence": _optional_date(row.occurrence),
     }
+
+
+def duration(value: dt.timedelta) -> str:
+    """An ISO 8601 duration in days, hours, minutes and seconds (``P1DT2H``, ``PT10M``)."""
+    seconds = int(value.total_seconds())
+    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = "".join(f"{n}{unit}" for n, unit in ((hours, "H"), (minutes, "M"), (secs, "S")) if n)
+    text = (f"{days}D" if days else "") + (f"T{clock}" if clock else "")
+    return f"{sign}P{text or 'T0S'}"
+
+
+def series(row: LeaseSeries, leases: Sequence[Lease] | None = None) -> dict[str, Any]:
+    """A lease series (docs/series.md); with its leases, each live occurrence and the
+    instants of those cancelled."""
+    body: dict[str, Any] = {
+        "id": row.id,
+        "name": row.name,
+        "project_id": row.project_id,
+        "user_id": row.user_id,
+        "rrule": row.rrule,
+        "exdates": [lease_date(dt.datetime.fromisoformat(at)) for at in row.exdates],
+        "start_date": lease_date(row.first_start),
+        "end_date": lease_date(row.first_start + dt.timedelta(seconds=row.duration_seconds)),
+        "duration": row.duration_seconds,
+        "reservations": row.body["reservations"],
+        "before_end_offset": _optional_duration(row.body.get("before_end_offset")),
+        "reminders": [duration(dt.timedelta(seconds=s)) for s in row.body.get("reminders") or []],
+        "created_at": stamp(row.created_at),
+        "updated_at": stamp(row.updated_at),
+    }
+    if leases is not None:
+        body["occurrences"] = [
+            {
+                "lease_id": lease.id,
+                "occurrence": _optional_date(lease.occurrence),
+                "start_date": lease_date(lease.start_date),
+                "end_date": lease_date(lease.end_date),
+                "status": lease.status,
+            }
+            for lease in leases
+            if lease.deleted_at is None
+        ]
+        body["cancelled"] = [
+            _optional_date(lease.occurrence) for lease in leases if lease.deleted_at is not None
+        ]
+    return body
+
+
+def skipped_occurrence(found: Skipped) -> dict[str, Any]:
+    """An occurrence of a series that did not fit, with the refusal a lease would get."""
+    return {
+        "occurrence": lease_date(found.occurrence),
+        "end_date": lease_date(found.end),
+        "error_message": found.message,
+        **found.details,
+    }
+
+
+def _optional_duration(seconds: int | None) -> str | None:
+    return None if seconds is None else duration(dt.timedelta(seconds=seconds))
 
 
 def _optional_date(value: dt.datetime | None) -> str | None:
@@ -88,6 +161,7 @@ def reservation(row: Reservation) -> dict[str, Any]:
         "resource_type": row.resource_type,
     }
     body.update(row.params)
+    body.update(policies(row.params))
     if row.resource_type == INSTANCE_TYPE:
         body.update(enforcement(row))
     # A reservation has allocations in its own type's table only.
@@ -100,6 +174,25 @@ def reservation(row: Reservation) -> dict[str, Any]:
     body["created_at"] = stamp(row.created_at)
     body["updated_at"] = stamp(row.updated_at)
     return body
+
+
+def policies(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A reservation's start and end policies (the defaults when not given) and what its
+    project did under them: ``started_at`` (a manual start), ``acknowledged`` and
+    ``acknowledged_at`` (a keep-until-ack end; ``acknowledged`` is null for other policies)."""
+    end = end_policy_of(params)
+    acknowledged_at = params.get(ACKNOWLEDGED_AT)
+    return {
+        "start_policy": str(start_policy_of(params)),
+        "end_policy": str(end),
+        "started_at": _stored_date(params.get(STARTED_AT)),
+        "acknowledged": acknowledged_at is not None if end is EndPolicy.KEEP_UNTIL_ACK else None,
+        "acknowledged_at": _stored_date(acknowledged_at),
+    }
+
+
+def _stored_date(value: str | None) -> str | None:
+    return None if value is None else lease_date(dt.datetime.fromisoformat(value))
 
 
 def allocation(row: HostAllocation) -> dict[str, Any]:
@@ -252,14 +345,26 @@ def offer(
         else lease_date(made.start),
         "end_date": lease_date(made.end),
         "reservations": [
-            {"resource_type": r.resource_type, **p, "min": low, "max": high}
+            {"resource_type": r.resource_type, **p, **_counts(p, low, high)}
             for r, p, (low, high) in zip(request.reservations, params, made.counts, strict=True)
         ],
         "events": [],
     }
     if request.before_end is not None and made.start <= request.before_end + shift <= made.end:
         body["before_end_date"] = lease_date(request.before_end + shift)
+    length = made.end - made.start
+    if request.before_end_offset is not None and request.before_end_offset <= length:
+        body["before_end_offset"] = duration(request.before_end_offset)
+    if request.reminders:
+        body["reminders"] = [duration(o) for o in request.reminders if o < length]
     return {"kind": made.kind, "below_request": made.below_request, "lease": body}
+
+
+def _counts(params: Mapping[str, Any], low: int, high: int) -> dict[str, int]:
+    """An offer's counts in the reservation's own fields: ``min``..``max``, else ``amount``."""
+    if "min" in params:
+        return {"min": low, "max": high}
+    return {"amount": high} if "amount" in params else {}
 
 
 def requested_window(request: LeaseRequest) -> dict[str, Any]:

@@ -23,10 +23,13 @@ from climate.api import (
     leases,
     openapi,
     operations,
+    reservations,
+    series,
     templates,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
+from climate.backends import load_backend
 from climate.errors import ClimateError
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
@@ -36,6 +39,8 @@ from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
 from climate.services.leases import LeaseService
+from climate.services.reservation_actions import ReservationActionService
+from climate.services.series import SeriesService
 from climate.services.tokens import TokenService
 from climate.services.volume_pools import VolumePoolService
 
@@ -111,8 +116,12 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
+    app.state.series = SeriesService(ctx, app.state.services.leases)
+    app.state.reservation_actions = ReservationActionService(ctx, load_backend(ctx.settings))
     app.include_router(templates.router)
     app.include_router(leases.router)
+    app.include_router(series.router)
+    app.include_router(reservations.router)
     app.include_router(hosts.router)
     app.include_router(audit.router)
     app.include_router(operations.router)

@@ -13,7 +13,17 @@ from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object, parse_date
 from climate.errors import InvalidInput
-from climate.services.availability import AvailabilityQuery, Capacity, Offer, TimelineQuery
+from climate.resources.instances import InstanceType
+from climate.resources.items import KINDS
+from climate.resources.volumes import VolumeType
+from climate.services.availability import (
+    HOST_TYPE,
+    AvailabilityQuery,
+    Capacity,
+    Offer,
+    OfferedReservation,
+    TimelineQuery,
+)
 from climate.services.leases import ReservationRequest
 
 router = APIRouter(prefix="/v1/availability", tags=["availability"])
@@ -22,6 +32,17 @@ SEARCH_FIELDS = frozenset(
     {"reservations", "duration", "search_start", "search_end", "limit", "step"}
 )
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
+INSTANCE_TYPE = InstanceType.name
+VOLUME_TYPE = VolumeType.name
+ITEM_NAMES = {kind.resource_type: kind.name_field for kind in KINDS}
+"""Per item type, the wire field of an item's name (a device's name, a floating IP's address,
+a segment's id)."""
+UNITS = {
+    HOST_TYPE: "hosts",
+    INSTANCE_TYPE: "instances",
+    VOLUME_TYPE: "GB",
+    **{kind.resource_type: kind.plural for kind in KINDS},
+}
 
 
 @router.post("")
@@ -37,17 +58,30 @@ def timeline(
     end: str | None = None,
     start: str | None = None,
     bucket: str | None = None,
+    resource_type: str = TimelineQuery.resource_type,
     resource_properties: str = "",
     hypervisor_properties: str = "",
+    pool: str | None = None,
+    network_id: str | None = None,
+    vcpus: str | None = None,
+    memory_mb: str | None = None,
+    disk_gb: str | None = None,
 ) -> JSONResponse:
     if end is None:
         raise InvalidInput("end", "required: the end of the timeline, a date")
+    if pool is not None and network_id is not None:
+        raise InvalidInput("network_id", "give pool or network_id, not both")
     query = TimelineQuery(
         end=parse_date("end", end),
         start=None if start in (None, "", "now") else parse_date("start", start),
         bucket=3600 if bucket is None else _integer("bucket", bucket),
+        resource_type=resource_type,
         hypervisor_properties=hypervisor_properties,
         resource_properties=resource_properties,
+        pool=pool if network_id is None else network_id,
+        vcpus=None if vcpus is None else _integer("vcpus", vcpus),
+        memory_mb=None if memory_mb is None else _integer("memory_mb", memory_mb),
+        disk_gb=None if disk_gb is None else _integer("disk_gb", disk_gb),
     )
     return JSONResponse({"timeline": _timeline(services.availability.timeline(actor, query))})
 
@@ -111,41 +145,70 @@ def _integer(field: str, value: object) -> int:
 
 
 def _window(offer: Offer) -> dict[str, Any]:
-    reservations = []
-    for r in offer.reservations:
-        shown: dict[str, Any] = {
-            "resource_type": r.resource_type,
-            "min": r.min,
-            "max": r.max,
-            "available": r.available,
-            "hosts": [str(h) for h in r.resource_ids],
-        }
-        if r.resource_names is not None:
-            shown["host_names"] = list(r.resource_names)
-        reservations.append(shown)
     return {
         "start_date": wire.lease_date(offer.start),
         "end_date": wire.lease_date(offer.end),
-        "reservations": reservations,
+        "reservations": [_offered(r) for r in offer.reservations],
     }
+
+
+def _offered(r: OfferedReservation) -> dict[str, Any]:
+    """What one reservation would get: hosts (with names for those who may list them),
+    instances per host, items by id and name, or GB from a pool."""
+    p = r.params
+    shown: dict[str, Any] = {"resource_type": r.resource_type, "available": r.available}
+    if "min" in p:
+        shown.update(min=p["min"], max=p["max"])
+    else:
+        shown["amount"] = p["amount"]
+    kind = ITEM_NAMES.get(r.resource_type)
+    if r.resource_type == HOST_TYPE:
+        shown["hosts"] = [str(h) for h in r.resource_ids]
+        if r.resource_names is not None:
+            shown["host_names"] = list(r.resource_names)
+    elif r.resource_type == INSTANCE_TYPE:
+        shown["placement"] = [
+            {"host": str(h), "count": n}
+            | ({} if r.resource_names is None else {"host_name": r.resource_names[k]})
+            for k, (h, n) in enumerate(zip(r.resource_ids, r.quantities, strict=True))
+        ]
+    elif r.resource_type == VOLUME_TYPE:
+        shown.update(
+            size_gb=p["size_gb"],
+            pool=(r.resource_names or ("",))[0],
+            pool_id=str(r.resource_ids[0]),
+            gb=r.quantities[0],
+        )
+    elif kind is not None:
+        names = r.resource_names or ("",) * len(r.resource_ids)
+        shown["items"] = [
+            {"id": str(i), kind: name} for i, name in zip(r.resource_ids, names, strict=True)
+        ]
+    return shown
 
 
 def _timeline(capacity: Capacity) -> dict[str, Any]:
     step = dt.timedelta(seconds=capacity.bucket)
-    return {
+    buckets: list[dict[str, Any]] = []
+    for i, free in enumerate(capacity.free):
+        bucket: dict[str, Any] = {
+            "start_date": wire.lease_date(capacity.start + step * i),
+            "free": free,
+        }
+        if capacity.busy is not None and capacity.partly is not None:
+            bucket.update(busy=capacity.busy[i], partly_busy=capacity.partly[i])
+        if capacity.largest is not None:
+            bucket["largest"] = capacity.largest[i]
+        buckets.append(bucket)
+    found: dict[str, Any] = {
+        "resource_type": capacity.resource_type,
+        "unit": UNITS.get(capacity.resource_type, "resources"),
         "start_date": wire.lease_date(capacity.start),
         "end_date": wire.lease_date(capacity.start + step * len(capacity.free)),
         "bucket": capacity.bucket,
-        "hosts": capacity.hosts,
-        "buckets": [
-            {
-                "start_date": wire.lease_date(capacity.start + step * i),
-                "free": free,
-                "busy": busy,
-                "partly_busy": partly,
-            }
-            for i, (free, busy, partly) in enumerate(
-                zip(capacity.free, capacity.busy, capacity.partly, strict=True)
-            )
-        ],
+        "total": capacity.total,
+        "buckets": buckets,
     }
+    if capacity.resource_type == HOST_TYPE:
+        found["hosts"] = capacity.total
+    return found

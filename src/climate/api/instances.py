@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from climate.api.deps import ActorDep, ServicesDep
+from climate.api.deps import ActorDep, PageDep, ServicesDep
 from climate.api.hosts import FiltersDep
 from climate.api.items import _reservation
 from climate.services.instances import HostInstances
@@ -14,10 +14,22 @@ router = APIRouter(prefix="/v1/instances", tags=["instances"])
 
 
 @router.get("/allocations")
-def list_allocations(services: ServicesDep, actor: ActorDep, filters: FiltersDep) -> JSONResponse:
-    """Hosts (by id) with the instance reservations on them, each with its ``count``."""
-    found = services.instances.allocations(actor, **filters.as_arguments())
+def list_allocations(
+    services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
+) -> JSONResponse:
+    """A page of the hosts with instance allocations (by id; ``marker`` is a ``resource_id``),
+    each with the instance reservations on it and their ``count``."""
+    found = services.instances.allocations(actor, page=page, **filters.as_arguments())
     return JSONResponse({"allocations": [_allocation(a) for a in found]})
+
+
+@router.get("/allocations/{host_id}")
+def show_allocation(
+    services: ServicesDep, actor: ActorDep, host_id: str, filters: FiltersDep
+) -> JSONResponse:
+    """One host's instance reservations (none is an empty list; an unknown host a 404)."""
+    found = services.instances.allocations(actor, host_id=host_id, **filters.as_arguments())
+    return JSONResponse({"allocation": _allocation(found[0])})
 
 
 def _allocation(found: HostInstances) -> dict[str, object]:

@@ -18,12 +18,15 @@ from starlette.routing import compile_path
 
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
+    EndPolicy,
     EventStatus,
     EventType,
     LeaseStatus,
     LeaseType,
     ReservationStatus,
+    StartPolicy,
 )
+from climate.resources.base import ResourceType
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import (
@@ -40,6 +43,8 @@ from climate.resources.items import (
 from climate.resources.volumes import VolumeType
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
 from climate.services.hosts import INT_COLUMNS, MAX_INT, READ_ONLY, TEXT_COLUMNS
+from climate.services.leases import MAX_REMINDERS
+from climate.services.series import MAX_OCCURRENCES, NAME_ROOM, Conflicts
 
 JsonSchema = dict[str, Any]
 
@@ -102,6 +107,10 @@ REQUEST_DATE: JsonSchema = {
     "pattern": r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}",
     "description": "'YYYY-MM-DD HH:MM' (UTC) or ISO 8601; before year 9000",
 }
+DURATION: JsonSchema = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "description": "seconds, 'HH:MM' or an ISO 8601 duration such as 'PT2H' or 'P1DT12H'",
+}
 QUERY: JsonSchema = {
     "anyOf": [{"type": "string"}, {"type": "array"}],
     "description": 'a property query such as \'["==", "$gpu", "a100"]\'; "" matches every host',
@@ -127,6 +136,46 @@ EXTRA_VALUE: JsonSchema = {
     "description": "an extra property (numbers and booleans are stored as strings)",
 }
 
+
+def _end_policies(resource_type: type[ResourceType]) -> JsonSchema:
+    offered = [p.value for p in EndPolicy if p in resource_type.end_policies]
+    return {"type": "string", "enum": offered}
+
+
+def _policies(resource_type: type[ResourceType]) -> dict[str, JsonSchema]:
+    """A reservation's policy fields in a request (docs/policies.md)."""
+    return {
+        "start_policy": {
+            **_nullable(_enum(StartPolicy)),
+            "description": "auto (default): the backend starts the workload; manual: it holds "
+            "the resources until POST .../reservations/{id}/start",
+        },
+        "end_policy": {
+            **_nullable(_end_policies(resource_type)),
+            "description": "what the end does with the workload (release by default); the "
+            "resources go back to the pool whatever it is",
+        },
+    }
+
+
+def _policies_shown(resource_type: type[ResourceType]) -> dict[str, JsonSchema]:
+    """A reservation's policies in a response, and what its project did under them."""
+    return {
+        "start_policy": _enum(StartPolicy),
+        "end_policy": _end_policies(resource_type),
+        "started_at": {
+            **_nullable(LEASE_DATE_STRING),
+            "description": "when its project started a manual reservation",
+        },
+        "acknowledged": {
+            **_nullable({"type": "boolean"}),
+            "description": "keep-until-ack: whether its project acknowledged the end; null for "
+            "other end policies",
+        },
+        "acknowledged_at": _nullable(LEASE_DATE_STRING),
+    }
+
+
 _PHYSICAL_HOST_FIELDS: dict[str, JsonSchema] = {
     "min": COUNT,
     "max": COUNT,
@@ -134,6 +183,7 @@ _PHYSICAL_HOST_FIELDS: dict[str, JsonSchema] = {
     "hypervisor_properties": QUERY,
     "resource_properties": QUERY,
     "before_end": {"type": "string", "enum": sorted(PhysicalHostType.before_end_actions)},
+    **_policies(PhysicalHostType),
 }
 _LEASE_FIELDS: dict[str, JsonSchema] = {
     "name": {"type": "string", "minLength": 1, "maxLength": NAME_LENGTH},
@@ -141,6 +191,107 @@ _LEASE_FIELDS: dict[str, JsonSchema] = {
     "end_date": REQUEST_DATE,
     "before_end_date": _nullable(REQUEST_DATE),
     "events": {"type": "array", "maxItems": 0, "description": "user-defined events: always []"},
+    "before_end_offset": {
+        **_nullable(DURATION),
+        "description": "the before-end event this long before the end (not with before_end_date)",
+    },
+    "reminders": {
+        **_nullable({"type": "array", "maxItems": MAX_REMINDERS, "items": DURATION}),
+        "description": "extra notifications (lease.before_end), each this long before the end; "
+        "they move with it (docs/lease-types.md)",
+    },
+}
+_SERIES_OCCURRENCE: JsonSchema = _record(
+    {
+        "lease_id": {"type": "string", "format": "uuid"},
+        "occurrence": LEASE_DATE_STRING,
+        "start_date": LEASE_DATE_STRING,
+        "end_date": LEASE_DATE_STRING,
+        "status": _enum(LeaseStatus),
+    }
+)
+_SERIES_SCHEMAS: dict[str, JsonSchema] = {
+    "SeriesCreate": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": NAME_ROOM},
+            "start_date": REQUEST_DATE,
+            "end_date": REQUEST_DATE,
+            "duration": DURATION,
+            "rrule": {
+                "type": "string",
+                "description": "an iCalendar RRULE value with COUNT or UNTIL, e.g. "
+                "'FREQ=WEEKLY;BYDAY=TU;COUNT=8' (docs/series.md)",
+            },
+            "exdates": {"type": "array", "maxItems": MAX_OCCURRENCES, "items": REQUEST_DATE},
+            "conflicts": {"type": "string", "enum": [c.value for c in Conflicts]},
+            "reservations": {
+                "type": "array",
+                "minItems": 1,
+                "items": _ref("AnyReservationCreate"),
+            },
+            "events": {"type": "array", "maxItems": 0},
+            "before_end_offset": DURATION,
+            "reminders": {"type": "array", "maxItems": MAX_REMINDERS, "items": DURATION},
+        },
+        "required": ["name", "start_date", "rrule", "reservations"],
+        "additionalProperties": False,
+        "description": f"a lease per occurrence, at most {MAX_OCCURRENCES}; end_date (of the "
+        "first occurrence) or duration",
+    },
+    "Series": {
+        **_record(
+            {
+                "id": {"type": "string", "format": "uuid"},
+                "name": STRING,
+                "project_id": STRING,
+                "user_id": STRING,
+                "rrule": STRING,
+                "exdates": {"type": "array", "items": LEASE_DATE_STRING},
+                "start_date": LEASE_DATE_STRING,
+                "end_date": LEASE_DATE_STRING,
+                "duration": {"type": "integer", "minimum": 1, "description": "seconds"},
+                "reservations": {"type": "array", "items": {"type": "object"}},
+                "before_end_offset": _nullable(STRING),
+                "reminders": {"type": "array", "items": STRING},
+                "created_at": STAMP_STRING,
+                "updated_at": _nullable(STAMP_STRING),
+                "occurrences": {"type": "array", "items": _SERIES_OCCURRENCE},
+                "cancelled": {
+                    "type": "array",
+                    "items": LEASE_DATE_STRING,
+                    "description": "occurrences whose lease was deleted",
+                },
+            }
+        ),
+        "required": [
+            "id",
+            "name",
+            "project_id",
+            "user_id",
+            "rrule",
+            "exdates",
+            "start_date",
+            "end_date",
+            "duration",
+            "reservations",
+            "before_end_offset",
+            "reminders",
+            "created_at",
+            "updated_at",
+        ],
+        "description": "occurrences and cancelled: shown for one series, not in a list",
+    },
+    "SkippedOccurrence": _record(
+        {
+            "occurrence": LEASE_DATE_STRING,
+            "end_date": LEASE_DATE_STRING,
+            "error_message": STRING,
+            "reason": _ref("RefusalReason"),
+            "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
+        },
+        description="an occurrence that did not fit, with a lease's refusal",
+    ),
 }
 _FLEXIBLE_FIELDS: dict[str, JsonSchema] = {
     "earliest_start": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
@@ -258,6 +409,7 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "error_name": {"type": "string", "examples": ["INVALID_INPUT", "NOT_FOUND"]},
                 "reason": _ref("RefusalReason"),
                 "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
+                "conflicts": {"type": "array", "items": _ref("SkippedOccurrence")},
             },
             description="Blazar's error body; a refused lease (409 NOT_ENOUGH_RESOURCES_AVAILABLE) "
             "adds reason and offers (docs/admission.md)",
@@ -265,6 +417,7 @@ SCHEMAS: dict[str, JsonSchema] = {
         "required": ["error_code", "error_message", "error_name"],
     },
     **_ADMISSION_SCHEMAS,
+    **_SERIES_SCHEMAS,
     "Versions": _wrapped(
         "versions",
         {
@@ -378,6 +531,20 @@ SCHEMAS: dict[str, JsonSchema] = {
             "next_attempt_at": _nullable(LEASE_DATE_STRING),
             "deadline": _nullable(LEASE_DATE_STRING),
             "hold_expires_at": _nullable(LEASE_DATE_STRING),
+            "before_end_date": _nullable(LEASE_DATE_STRING),
+            "reminders": {
+                "type": "array",
+                "items": STRING,
+                "description": "ISO 8601 durations before the end, longest first",
+            },
+            "series_id": {
+                **_nullable(STRING),
+                "description": "the series this lease is an occurrence of",
+            },
+            "occurrence": {
+                **_nullable(LEASE_DATE_STRING),
+                "description": "its series' instant (kept when the lease moves)",
+            },
         }
     ),
     "Reservation": _record(
@@ -394,6 +561,7 @@ SCHEMAS: dict[str, JsonSchema] = {
             "hypervisor_properties": STRING,
             "resource_properties": STRING,
             "before_end": _PHYSICAL_HOST_FIELDS["before_end"],
+            **_policies_shown(PhysicalHostType),
             "allocations": {"type": "array", "items": _ref("ReservationAllocation")},
             "created_at": STAMP_STRING,
             "updated_at": _nullable(STAMP_STRING),
@@ -518,11 +686,18 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"}]},
                 "description": "values of the template's parameters (else their defaults)",
             },
+            "files": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "nested templates by the name the template uses (a resource type "
+                "such as server.yaml, or OS::Heat::Stack's get_file), as in Heat's API",
+            },
         },
         "required": ["name", "end_date", "template"],
         "additionalProperties": False,
-        "description": "one lease for a Heat stack: servers by flavor, volumes by size, floating "
-        "IPs by network, resource groups times their count (docs/resources.md, Stacks)",
+        "description": "one lease for a Heat stack: servers by flavor, volumes (and servers' "
+        "block device mapping volumes) by size, floating IPs by network, resource groups times "
+        "their count, nested stacks from files (docs/resources.md, Stacks)",
     },
     "ForceEnd": {
         "type": "object",
@@ -595,51 +770,121 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "type": "array",
                 "items": {
                     "type": "object",
+                    "description": "what one reservation would get, in request order: whole "
+                    "hosts, instances per host, items or GB from a pool",
                     "properties": {
-                        "resource_type": {"type": "string", "const": PhysicalHostType.name},
+                        "resource_type": STRING,
                         "min": {"type": "integer", "minimum": 1},
                         "max": {"type": "integer", "minimum": 1},
+                        "amount": {"type": "integer", "minimum": 1},
                         "available": {
                             "type": "integer",
                             "minimum": 0,
-                            "description": "matching hosts free for the whole window",
+                            "description": "free for the whole window, in the reservation's "
+                            "units: matching hosts or items, instances of its size, the most "
+                            "GB in one matching pool",
                         },
                         "hosts": {
                             "type": "array",
                             "items": {"type": "string", "pattern": "^[0-9]+$"},
-                            "description": "the host ids admission would grant now",
+                            "description": "physical:host: the host ids admission would grant",
                         },
                         "host_names": {
                             "type": "array",
                             "items": STRING,
                             "description": "only to callers that may list hosts",
                         },
+                        "placement": {
+                            "type": "array",
+                            "description": "virtual:instance: instances per host",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "host": {"type": "string", "pattern": "^[0-9]+$"},
+                                    "count": {"type": "integer", "minimum": 1},
+                                    "host_name": STRING,
+                                },
+                                "required": ["host", "count"],
+                                "additionalProperties": False,
+                            },
+                        },
+                        "items": {
+                            "type": "array",
+                            "description": "devices, network segments, floating IPs: id and "
+                            "name (name, segment_id or floating_ip_address)",
+                            "items": {
+                                "type": "object",
+                                "properties": {"id": {"type": "string", "pattern": "^[0-9]+$"}},
+                                "required": ["id"],
+                                "additionalProperties": STRING,
+                            },
+                        },
+                        "size_gb": {"type": "integer", "minimum": 1},
+                        "pool": STRING,
+                        "pool_id": {"type": "string", "pattern": "^[0-9]+$"},
+                        "gb": {"type": "integer", "minimum": 1},
                     },
-                    "required": ["resource_type", "min", "max", "available", "hosts"],
+                    "required": ["resource_type", "available"],
                     "additionalProperties": False,
                 },
             },
         }
     ),
-    "CapacityTimeline": _record(
-        {
+    "CapacityTimeline": {
+        "type": "object",
+        "properties": {
+            "resource_type": STRING,
+            "unit": {
+                "type": "string",
+                "description": "what the counts count: hosts, devices, network segments, "
+                "floating IPs, GB, instances (of the size asked)",
+            },
             "start_date": LEASE_DATE_STRING,
             "end_date": LEASE_DATE_STRING,
             "bucket": {"type": "integer", "minimum": 1, "description": "seconds"},
-            "hosts": {"type": "integer", "minimum": 0, "description": "hosts matching"},
+            "total": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "matching hosts or items; GB of the matching pools; instances "
+                "the matching hosts hold when empty",
+            },
+            "hosts": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "physical:host only: hosts matching (as total)",
+            },
             "buckets": {
                 "type": "array",
-                "items": _record(
-                    {
+                "items": {
+                    "type": "object",
+                    "properties": {
                         "start_date": LEASE_DATE_STRING,
                         "free": {"type": "integer", "minimum": 0},
                         "busy": {"type": "integer", "minimum": 0},
                         "partly_busy": {"type": "integer", "minimum": 0},
-                    }
-                ),
+                        "largest": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "volumes and instances: the most free in one pool "
+                            "or on one host",
+                        },
+                    },
+                    "required": ["start_date", "free"],
+                    "additionalProperties": False,
+                },
             },
-        }
-    ),
+        },
+        "required": [
+            "resource_type",
+            "unit",
+            "start_date",
+            "end_date",
+            "bucket",
+            "total",
+            "buckets",
+        ],
+        "additionalProperties": False,
+    },
     "ResourceProperty": _record(
         {
             "id": {"type": "string", "format": "uuid"},
@@ -824,6 +1069,9 @@ _TYPE_NAMES = {
     VolumeType.name: "Volume",
     InstanceType.name: "Instance",
 }
+_TYPE_CLASSES: dict[str, type[ResourceType]] = {
+    t.name: t for t in (DeviceType, NetworkType, FloatingIPType, VolumeType, InstanceType)
+}
 _TYPE_REQUIRED = {
     DeviceType.name: ["min", "max"],
     NetworkType.name: [],
@@ -835,7 +1083,7 @@ _TYPE_REQUIRED = {
 
 def _reservation_schemas(resource_type: str) -> dict[str, JsonSchema]:
     name = _TYPE_NAMES[resource_type]
-    fields = _TYPE_FIELDS[resource_type]
+    fields = {**_TYPE_FIELDS[resource_type], **_policies(_TYPE_CLASSES[resource_type])}
     kind: JsonSchema = {"type": "string", "const": resource_type}
     return {
         f"{name}ReservationCreate": {
@@ -859,6 +1107,7 @@ def _reservation_schemas(resource_type: str) -> dict[str, JsonSchema]:
                 "resource_type": kind,
                 **_STORED[resource_type],
                 "before_end": _BEFORE_END,
+                **_policies_shown(_TYPE_CLASSES[resource_type]),
                 "allocations": {"type": "array", "items": _ref(_ALLOCATION[resource_type])},
                 "created_at": STAMP_STRING,
                 "updated_at": _nullable(STAMP_STRING),
@@ -989,6 +1238,14 @@ SCHEMAS.update(ITEM_SCHEMAS)
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
+    "series": _wrapped("series", _ref("Series")),
+    "series_list": _wrapped("series", {"type": "array", "items": _ref("Series")}),
+    "series_created": _record(
+        {
+            "series": _ref("Series"),
+            "skipped": {"type": "array", "items": _ref("SkippedOccurrence")},
+        }
+    ),
     "created": {
         "type": "object",
         "properties": {"lease": _ref("Lease"), "requested_window": _ref("RequestedWindow")},
@@ -1050,6 +1307,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     "instance_allocations": _wrapped(
         "allocations", {"type": "array", "items": _ref("HostInstances")}
     ),
+    "instance_allocation": _wrapped("allocation", _ref("HostInstances")),
 }
 
 
@@ -1150,9 +1408,21 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/leases/{lease_id}"): Operation((204, None), _ONE),
     ("POST", "/v1/leases/{lease_id}/retry"): Operation((200, "lease"), _ONE | {409}),
     ("POST", "/v1/leases/{lease_id}/confirm"): Operation((200, "lease"), _ONE | {409}),
+    ("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/start"): Operation(
+        (200, "lease"), _ONE | {409}
+    ),
+    ("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/acknowledge"): Operation(
+        (200, "lease"), _ONE | {409}
+    ),
     ("POST", "/v1/leases/{lease_id}/force-end"): Operation(
         (200, "lease"), _ONE | _WRITE, "ForceEnd", body_required=False
     ),
+    ("GET", "/v1/lease-series"): Operation((200, "series_list"), _V1),
+    ("POST", "/v1/lease-series"): Operation(
+        (201, "series_created"), _V1 | _WRITE, "SeriesCreate", creates=("series_id", "/series/id")
+    ),
+    ("GET", "/v1/lease-series/{series_id}"): Operation((200, "series"), _ONE),
+    ("DELETE", "/v1/lease-series/{series_id}"): Operation((204, None), _ONE),
     ("GET", "/v1/os-hosts"): Operation((200, "hosts"), _V1),
     ("POST", "/v1/os-hosts"): Operation(
         (201, "host"), _V1 | _WRITE, "HostCreate", creates=("host_id", "/host/id")
@@ -1180,6 +1450,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/v1/volume-pools/allocations"): Operation((200, "pool_allocations"), _V1),
     ("GET", "/v1/instances/allocations"): Operation((200, "instance_allocations"), _V1),
+    ("GET", "/v1/instances/allocations/{host_id}"): Operation((200, "instance_allocation"), _ONE),
     ("GET", "/v1/volume-pools/{pool_id}"): Operation((200, "volume_pool"), _ONE),
     ("PUT", "/v1/volume-pools/{pool_id}"): Operation(
         (200, "volume_pool"), _ONE | _WRITE, "VolumePoolUpdate"

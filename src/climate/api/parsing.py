@@ -11,6 +11,7 @@ from typing import Any
 from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.services.leases import LeaseChanges, LeaseRequest, ReservationRequest
+from climate.services.series import Conflicts, SeriesRequest
 
 _FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f")
 # Dates are shifted by days around a window when planning; keep well clear of datetime.max.
@@ -33,15 +34,41 @@ LEASE_FIELDS = frozenset(
         "deadline",
         "hold",
         "hold_minutes",
+        "before_end_offset",
+        "reminders",
     }
 )
 FLEXIBLE_FIELDS = ("earliest_start", "latest_end", "duration")
+SERIES_FIELDS = frozenset(
+    {
+        "name",
+        "start_date",
+        "end_date",
+        "duration",
+        "rrule",
+        "exdates",
+        "conflicts",
+        "reservations",
+        "events",
+        "before_end_offset",
+        "reminders",
+    }
+)
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
 _ISO_DURATION = re.compile(r"P(?:(\d{1,6})D)?(?:T(?:(\d{1,7})H)?(?:(\d{1,9})M)?(?:(\d{1,10})S)?)?")
 _FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 # Blazar's documented update request carries "events": [] as well.
 UPDATE_FIELDS = frozenset(
-    {"name", "start_date", "end_date", "before_end_date", "reservations", "events"}
+    {
+        "name",
+        "start_date",
+        "end_date",
+        "before_end_date",
+        "reservations",
+        "events",
+        "before_end_offset",
+        "reminders",
+    }
 )
 
 
@@ -173,6 +200,8 @@ def lease_request(body: Mapping[str, Any], dry_run: str | None = None) -> LeaseR
         retries=_optional_int("retries", body.get("retries")),
         deadline=optional_date("deadline", body.get("deadline")),
         hold=_hold(body),
+        before_end_offset=before_end_offset(body),
+        reminders=reminders(body.get("reminders")),
     )
 
 
@@ -236,6 +265,26 @@ def parse_duration(field: str, value: object) -> dt.timedelta:
     )
 
 
+def before_end_offset(body: Mapping[str, Any]) -> dt.timedelta | None:
+    """How long before the end the before-end event comes, instead of ``before_end_date``."""
+    if body.get("before_end_offset") is None:
+        return None
+    if body.get("before_end_date") not in (None, ""):
+        raise InvalidInput(
+            "before_end_offset", "give either before_end_date or before_end_offset, not both"
+        )
+    return parse_duration("before_end_offset", body["before_end_offset"])
+
+
+def reminders(value: object) -> tuple[dt.timedelta, ...] | None:
+    """A list of durations before the end (None: not given)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidInput("reminders", "must be a list of durations like 'PT1H'")
+    return tuple(parse_duration(f"reminders[{i}]", v) for i, v in enumerate(value))
+
+
 def flag(field: str, value: object) -> bool:
     """A boolean given as JSON or as text (``true``/``false``, ``1``/``0``, ``yes``/``no``)."""
     if value is None or isinstance(value, bool):
@@ -262,4 +311,47 @@ def lease_changes(body: Mapping[str, Any]) -> LeaseChanges:
         end=optional_date("end_date", body.get("end_date")),
         before_end=optional_date("before_end_date", body.get("before_end_date")),
         reservations=_reservations(body.get("reservations"), creating=False),
+        before_end_offset=before_end_offset(body),
+        reminders=reminders(body.get("reminders")),
+    )
+
+
+def series_request(body: Mapping[str, Any]) -> SeriesRequest:
+    """A series to create: the first occurrence's ``start_date`` and its ``end_date`` (or a
+    ``duration``), the ``rrule`` and ``exdates``, and the fields its leases share."""
+    _reject_unknown(body, SERIES_FIELDS)
+    _no_events(body)
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise InvalidInput("name", "required string")
+    if "start_date" not in body:
+        raise InvalidInput("start_date", "required: the first occurrence's start")
+    start = parse_date("start_date", body["start_date"])
+    if ("end_date" in body) == ("duration" in body):
+        raise InvalidInput("end_date", "give either end_date or duration")
+    if "end_date" in body:
+        length = parse_date("end_date", body["end_date"]) - start
+        if length <= dt.timedelta(0):
+            raise InvalidInput("end_date", "must be after start_date")
+    else:
+        length = parse_duration("duration", body["duration"])
+    rule = body.get("rrule")
+    if not isinstance(rule, str):
+        raise InvalidInput("rrule", "required, like 'FREQ=WEEKLY;BYDAY=TU;COUNT=8'")
+    exdates = body.get("exdates") or []
+    if not isinstance(exdates, list):
+        raise InvalidInput("exdates", "must be a list of dates")
+    conflicts = body.get("conflicts", Conflicts.REJECT.value)
+    if conflicts not in {c.value for c in Conflicts}:
+        raise InvalidInput("conflicts", f"must be 'reject' or 'skip', not {conflicts!r}")
+    return SeriesRequest(
+        name=name,
+        start=start,
+        duration=length,
+        rrule=rule,
+        exdates=tuple(parse_date(f"exdates[{i}]", at) for i, at in enumerate(exdates)),
+        reservations=_reservations(body.get("reservations"), creating=True),
+        before_end_offset=before_end_offset(body),
+        reminders=reminders(body.get("reminders")),
+        conflicts=Conflicts(conflicts),
     )

@@ -27,6 +27,7 @@ FIELDS = frozenset(
         "hold_minutes",
         "template",
         "parameters",
+        "files",
     }
 )
 """A fixed-dates lease body without ``reservations``: the template gives them."""
@@ -43,13 +44,25 @@ def _parameters(value: object) -> dict[str, str]:
     return {key: str(given) for key, given in value.items()}
 
 
+def _files(value: object) -> dict[str, str]:
+    """The nested templates, by the name the template gives them, as Heat's ``files``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("files", "must be an object of file name -> template text")
+    for name, text in value.items():
+        if not isinstance(text, str):
+            raise InvalidInput(f"files.{name}", "must be the nested template's YAML text")
+    return value
+
+
 @router.post("/from-template", status_code=201)
 def create_lease_from_template(
     services: ServicesDep, actor: ActorDep, body: BodyDep
 ) -> JSONResponse:
-    """201 with the lease for a HOT ``template`` (its ``parameters`` given as an object) and a
-    warning per resource it does not reserve; the other fields are ``POST /v1/leases``'s (fixed
-    dates only)."""
+    """201 with the lease for a HOT ``template`` (its ``parameters`` given as an object, the
+    nested templates it names in ``files``) and a warning per resource it does not reserve; the
+    other fields are ``POST /v1/leases``'s (fixed dates only)."""
     fields = json_object(body)
     unknown = sorted(set(fields) - FIELDS)
     if unknown:
@@ -59,7 +72,10 @@ def create_lease_from_template(
         raise InvalidInput("template", "required: the HOT template's YAML text")
     flavors = parse_flavors(services.leases.ctx.settings.flavors)
     reservations, warnings = reservations_from_template(
-        template, _parameters(fields.pop("parameters", None)), flavors
+        template,
+        _parameters(fields.pop("parameters", None)),
+        flavors,
+        _files(fields.pop("files", None)),
     )
     request = lease_request({**fields, "reservations": reservations})
     lease = services.leases.create(actor, request)

@@ -12,6 +12,7 @@ from typing import Self, TypeVar
 from sqlalchemy.orm import Session
 
 from climate.config import Settings
+from climate.domain.status import EndPolicy, StartPolicy
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class Handover:
     resource_type: str
     resource_ids: tuple[str, ...]
     at: dt.datetime
+    start_policy: StartPolicy = StartPolicy.AUTO
+    """The reservation's, as it is when the handover is made (see ``Backend``)."""
+    end_policy: EndPolicy = EndPolicy.RELEASE
 
 
 Outcome = BaseException | None
@@ -64,6 +68,25 @@ class Backend(abc.ABC):
     item per event (the handovers of that event's lease). Their default implementations call the
     per-handover methods, each item in a savepoint of its own, so a backend needs only the three
     abstract methods; one that can do a batch's work in bulk overrides the ``*_batch`` methods.
+
+    Every handover carries its reservation's policies (docs/policies.md):
+
+    - ``start_policy`` (at ``start``): ``auto``, the backend hands the resources over and starts
+      the project's workload on them (boots the servers, attaches the volumes, associates the
+      addresses); ``manual``, it only grants the project access and holds the resources. The
+      project starts them later through ``POST .../reservations/{id}/start``, which calls
+      ``start_manual_remote`` then ``start_manual`` (from the API, not the manager).
+    - ``end_policy`` (at ``end``): what happens to the workload when the resources go back to
+      the pool, which they do whatever the policy. ``release``: access is revoked and the
+      backend does the least it must to free the resources; ``delete``: the workload is deleted;
+      ``suspend``: it is suspended (shelved) so that the project can resume it elsewhere;
+      ``snapshot``: it is snapshotted, then deleted; ``keep-until-ack``: it is kept (stopped)
+      until the project acknowledges the end through ``POST .../reservations/{id}/acknowledge``,
+      which calls ``acknowledge_remote`` then ``acknowledge`` to discard it. A resource type
+      offers only the end policies that make sense for it (``ResourceType.end_policies``).
+
+    ``start_manual`` and ``acknowledge`` (and their remote parts) do nothing by default: a
+    backend with nothing to start or keep needs no code for them. They must be idempotent too.
     """
 
     name: str = "base"
@@ -88,6 +111,16 @@ class Backend(abc.ABC):
         """Take the resources of every item back in the world; as ``start_remote``."""
         return [None] * len(items)
 
+    def start_manual_remote(self, handover: Handover) -> None:
+        """Start the project's workload of a manual reservation, held since its start, in the
+        world (raise to fail; the API answers 500 and changes nothing)."""
+        return None
+
+    def acknowledge_remote(self, handover: Handover) -> None:
+        """Discard in the world what a keep-until-ack reservation's end kept; as
+        ``start_manual_remote``."""
+        return None
+
     # -- record ------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -101,6 +134,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def end(self, session: Session, handover: Handover) -> None:
         """Take the resources back from the project."""
+
+    def start_manual(self, session: Session, handover: Handover) -> None:
+        """Record that the project started its manual reservation (after
+        ``start_manual_remote`` succeeded), in the API's transaction."""
+        return None
+
+    def acknowledge(self, session: Session, handover: Handover) -> None:
+        """Record that what the reservation's end kept is discarded; as ``start_manual``."""
+        return None
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -122,6 +164,28 @@ class Backend(abc.ABC):
     def end_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
         """``end`` every handover of every item; as ``start_batch``."""
         return each_in_savepoint(session, items, lambda h: self.end(session, h))
+
+    # -- migration (reclaim) -----------------------------------------------------------------
+
+    can_migrate: bool = False
+    """Whether this backend moves running workloads (instances) between hosts: best-effort
+    leases reclaim hosts (docs/lease-types.md) only through a backend that can."""
+
+    def migrate_remote(self, moves: Sequence[Migration]) -> list[Outcome]:
+        """Move each ``Migration``'s instances in the world; one outcome per move (or raise,
+        failing them all). Any failure cancels the whole reclaim, whose moves are then all
+        rolled back in Climate's records: a backend should undo (or be able to redo) the moves
+        that did succeed. A move of a reservation that has not started has nothing to move in
+        the world. The default has nothing to do."""
+        return [None] * len(moves)
+
+    def migrate(self, session: Session, moves: Sequence[Migration]) -> None:
+        """Record the moves in ``session`` (the reclaim's transaction), after ``migrate_remote``
+        succeeded for all of them. Idempotent like every backend method.
+
+        :raises NotImplementedError: the backend cannot migrate (``can_migrate`` is False).
+        """
+        raise NotImplementedError(f"backend {self.name} cannot migrate workloads")
 
 
 def each_in_savepoint(
@@ -145,12 +209,14 @@ def each_in_savepoint(
 class Timeboxed(Backend):
     """A backend as the manager calls it: each batch's remote part in a worker thread, given
     up after ``timeout`` seconds, then the record part, in the caller's thread, for the items
-    whose remote part succeeded."""
+    whose remote part succeeded. The API's reservation actions call the remote parts of
+    ``start_manual`` and ``acknowledge`` through it too (and their record parts themselves)."""
 
     def __init__(self, inner: Backend, timeout: float) -> None:
         self.inner = inner
         self.timeout = timeout
         self.name = inner.name
+        self.can_migrate = inner.can_migrate
 
     def start(self, session: Session, handover: Handover) -> None:
         self._raise_first(self.start_batch(session, [[handover]]))
@@ -160,6 +226,22 @@ class Timeboxed(Backend):
 
     def end(self, session: Session, handover: Handover) -> None:
         self._raise_first(self.end_batch(session, [[handover]]))
+
+    def start_manual_remote(self, handover: Handover) -> None:
+        self._raise_first(
+            self._remote("start_manual", [handover], self._each(self.inner.start_manual_remote))
+        )
+
+    def acknowledge_remote(self, handover: Handover) -> None:
+        self._raise_first(
+            self._remote("acknowledge", [handover], self._each(self.inner.acknowledge_remote))
+        )
+
+    def start_manual(self, session: Session, handover: Handover) -> None:
+        self.inner.start_manual(session, handover)
+
+    def acknowledge(self, session: Session, handover: Handover) -> None:
+        self.inner.acknowledge(session, handover)
 
     def start_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
         return self._both(
@@ -230,7 +312,38 @@ class Timeboxed(Backend):
         return list(result)
 
     @staticmethod
+    def _each(call: Callable[[Handover], None]) -> Callable[[Sequence[Handover]], list[Outcome]]:
+        """A per-handover remote call as a batch one (raising fails them all)."""
+
+        def batch(items: Sequence[Handover]) -> list[Outcome]:
+            for handover in items:
+                call(handover)
+            return [None] * len(items)
+
+        return batch
+
+    @staticmethod
     def _raise_first(outcomes: list[Outcome]) -> None:
         for outcome in outcomes:
             if outcome is not None:
                 raise outcome
+
+    def migrate(self, session: Session, moves: Sequence[Migration]) -> None:
+        """All moves in the world (timed), then their record; any failure raises."""
+        self._raise_first(self._remote("migrate", moves, self.inner.migrate_remote))
+        self.inner.migrate(session, moves)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Instances of a reservation moved from one host to another, from ``at`` on (a best-effort
+    lease reclaims ``from_host``)."""
+
+    lease_id: str
+    reservation_id: str
+    project_id: str
+    resource_type: str
+    from_host: int
+    to_host: int
+    count: int
+    at: dt.datetime

@@ -53,6 +53,18 @@ class FaultyBackend(StandaloneBackend):
     def end_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
         return self._call("end", len(items))
 
+    def start_manual_remote(self, handover: Handover) -> None:
+        self._raise(self._call("start_manual", 1))
+
+    def acknowledge_remote(self, handover: Handover) -> None:
+        self._raise(self._call("acknowledge", 1))
+
+    @staticmethod
+    def _raise(outcomes: list[Outcome]) -> None:
+        for outcome in outcomes:
+            if outcome is not None:
+                raise outcome
+
     def _call(self, what: str, count: int) -> list[Outcome]:
         with self._lock:
             draws = [self._random.random() for _ in range(count)]

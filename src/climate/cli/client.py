@@ -10,7 +10,10 @@ from urllib.parse import urlencode
 
 import httpx
 
-from climate.cli.output import record, render_json, table
+from climate.cli.lease_display import counter_offers, show_lease
+from climate.cli.lease_types import add_lease_type_options, lease_type_fields
+from climate.cli.output import describe_capacity, describe_grant, record, render_json, table
+from climate.cli.reservation_args import add_reservation_options, requested_reservations
 
 
 class ApiClient:
@@ -31,25 +34,20 @@ class ApiClient:
         if response.status_code >= 400:
             try:
                 error = response.json()
-                message = error.get("error_message", response.text) + _offers(error)
+                message = error.get("error_message", response.text) + counter_offers(error)
             except (ValueError, AttributeError):
                 message = response.text
             raise SystemExit(f"error ({response.status_code}): {message}")
         return response.json() if response.content else None
 
-
-def _offers(error: dict[str, Any]) -> str:
-    """A refusal's counter-offers, one line each, as options of ``lease create``."""
-    lines = []
-    for offer in error.get("offers") or []:
-        lease = offer["lease"]
-        counts = " ".join(f"--min {r['min']} --max {r['max']}" for r in lease["reservations"])
-        below = " (fewer hosts than asked)" if offer["below_request"] else ""
-        start, end = lease["start_date"], lease["end_date"]
-        lines.append(f"  {offer['kind']}: --start '{start}' --end '{end}' {counts}{below}")
-    if not lines:
-        return ""
-    return "\nthese would fit (each is also a lease body to POST as is):\n" + "\n".join(lines)
+    def lookup(self, path: str) -> tuple[int, Any]:
+        """``GET path``'s status and body, never failing (for optional details such as names;
+        status 0: no answer)."""
+        try:
+            response = self.http.get(path)
+        except httpx.HTTPError:
+            return 0, None
+        return response.status_code, response.json() if response.status_code == 200 else None
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +62,7 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
-def _extras(pairs: list[str], option: str = "--extra") -> dict[str, str]:
+def key_values(pairs: list[str], option: str = "--extra") -> dict[str, str]:
     found = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -74,7 +72,7 @@ def _extras(pairs: list[str], option: str = "--extra") -> dict[str, str]:
     return found
 
 
-def _show(args: argparse.Namespace, data: Any, columns: list[str] | None = None) -> None:
+def show(args: argparse.Namespace, data: Any, columns: list[str] | None = None) -> None:
     if args.json:
         print(render_json(data))
     elif columns is not None:
@@ -83,39 +81,18 @@ def _show(args: argparse.Namespace, data: Any, columns: list[str] | None = None)
         print(record(data))
 
 
-def _show_lease(args: argparse.Namespace, lease: dict[str, Any]) -> None:
-    """A lease for people: its fields, then one line per reservation and per event."""
-    if args.json:
-        print(render_json(lease))
-        return
-    print(record({k: v for k, v in lease.items() if k not in ("reservations", "events")}))
-    reservations = [
-        {
-            "id": r["id"],
-            "type": r["resource_type"],
-            "status": r["status"],
-            "min-max": f"{r.get('min')}-{r.get('max')}",
-            "hosts": ",".join(a["resource_id"] for a in r.get("allocations", [])),
-        }
-        for r in lease["reservations"]
-    ]
-    print(table(reservations, ["id", "type", "status", "min-max", "hosts"]))
-    events = sorted(lease["events"], key=lambda e: e["time"])
-    print(table(events, ["event_type", "time", "status", "last_error"]))
-
-
 def host_command(args: argparse.Namespace) -> None:
     api = ApiClient(args.url, args.token, args.project, args.roles)
     if args.action == "list":
         hosts = api.call("GET", "/os-hosts")["hosts"]
-        _show(args, hosts, ["id", "hypervisor_hostname", "vcpus", "memory_mb", "local_gb"])
+        show(args, hosts, ["id", "hypervisor_hostname", "vcpus", "memory_mb", "local_gb"])
     elif args.action == "show":
-        _show(args, api.call("GET", f"/os-hosts/{args.host}")["host"])
+        show(args, api.call("GET", f"/os-hosts/{args.host}")["host"])
     elif args.action == "create":
-        body: dict[str, Any] = {"name": args.name, **_extras(args.extra)}
-        _show(args, api.call("POST", "/os-hosts", body)["host"])
+        body: dict[str, Any] = {"name": args.name, **key_values(args.extra)}
+        show(args, api.call("POST", "/os-hosts", body)["host"])
     elif args.action == "update":
-        _show(args, api.call("PUT", f"/os-hosts/{args.host}", _extras(args.extra))["host"])
+        show(args, api.call("PUT", f"/os-hosts/{args.host}", key_values(args.extra))["host"])
     elif args.action == "delete":
         api.call("DELETE", f"/os-hosts/{args.host}")
         print(f"Deleted host {args.host}")
@@ -125,35 +102,16 @@ def lease_command(args: argparse.Namespace) -> None:
     api = ApiClient(args.url, args.token, args.project, args.roles)
     if args.action == "list":
         leases = api.call("GET", "/leases")["leases"]
-        _show(args, leases, ["id", "name", "status", "start_date", "end_date"])
+        columns = ["id", "name", "status", "lease_type", "start_date", "end_date"]
+        if any(lease.get("queue_position") is not None for lease in leases):
+            columns.append("queue_position")
+        show(args, leases, columns)
     elif args.action == "show":
-        _show_lease(args, api.call("GET", f"/leases/{args.lease}")["lease"])
+        show_lease(args, api, api.call("GET", f"/leases/{args.lease}")["lease"])
     elif args.action == "create" and args.from_template:
         _create_from_template(api, args)
     elif args.action == "create":
-        reservation: dict[str, Any] = {
-            "resource_type": "physical:host",
-            "min": args.min,
-            "max": args.max if args.max is not None else args.min,
-            "hypervisor_properties": "",
-            "resource_properties": args.properties or "",
-        }
-        body: dict[str, Any] = {"name": args.name, "reservations": [reservation], "events": []}
-        if args.duration is not None:
-            if args.latest_end is None:
-                raise SystemExit("error: --duration needs --latest-end")
-            body["earliest_start"] = args.earliest_start
-            body["latest_end"] = args.latest_end
-            body["duration"] = args.duration
-        elif args.end is None:
-            raise SystemExit("error: --end is required (or --duration and --latest-end)")
-        else:
-            body["start_date"] = args.start
-            body["end_date"] = args.end
-        answer = api.call("POST", "/leases?dry_run=true" if args.dry_run else "/leases", body)
-        _show_lease(args, answer["lease"])
-        if args.dry_run and not args.json:
-            print("dry run: nothing was created")
+        _create_lease(api, args)
     elif args.action == "update":
         changes: dict[str, Any] = {}
         if args.name:
@@ -162,54 +120,85 @@ def lease_command(args: argparse.Namespace) -> None:
             changes["end_date"] = args.end
         if args.start:
             changes["start_date"] = args.start
-        _show_lease(args, api.call("PUT", f"/leases/{args.lease}", changes)["lease"])
+        show_lease(args, api, api.call("PUT", f"/leases/{args.lease}", changes)["lease"])
     elif args.action == "delete":
         api.call("DELETE", f"/leases/{args.lease}")
         print(f"Deleted lease {args.lease}")
-    elif args.action == "retry":
-        _show_lease(args, api.call("POST", f"/leases/{args.lease}/retry")["lease"])
+    elif args.action in ("retry", "confirm"):
+        show_lease(args, api, api.call("POST", f"/leases/{args.lease}/{args.action}")["lease"])
     elif args.action == "force-end":
         body = {"skip_backend": args.skip_backend}
-        _show_lease(args, api.call("POST", f"/leases/{args.lease}/force-end", body)["lease"])
+        show_lease(args, api, api.call("POST", f"/leases/{args.lease}/force-end", body)["lease"])
+
+
+def _create_lease(api: ApiClient, args: argparse.Namespace) -> None:
+    """A lease of hosts (``--min``/``--max``/``--properties``) or of the ``--reservation``s."""
+    body: dict[str, Any] = {
+        "name": args.name,
+        "reservations": requested_reservations(args),
+        "events": [],
+        **lease_type_fields(args),
+    }
+    if args.duration is not None:
+        if args.latest_end is None:
+            raise SystemExit("error: --duration needs --latest-end")
+        body["earliest_start"] = args.earliest_start
+        body["latest_end"] = args.latest_end
+        body["duration"] = args.duration
+    elif args.end is None:
+        raise SystemExit("error: --end is required (or --duration and --latest-end)")
+    else:
+        body["start_date"] = args.start
+        body["end_date"] = args.end
+    answer = api.call("POST", "/leases?dry_run=true" if args.dry_run else "/leases", body)
+    show_lease(args, api, answer["lease"])
+    if args.dry_run and not args.json:
+        print("dry run: nothing was created")
 
 
 def _create_from_template(api: ApiClient, args: argparse.Namespace) -> None:
-    """One lease for a Heat stack template; the resources it does not reserve are warned about."""
+    """One lease for a Heat stack template (with the nested templates it names, given by
+    ``--template-file``); the resources it does not reserve are warned about."""
     if args.end is None or args.duration is not None or args.dry_run:
         raise SystemExit("error: --from-template takes --start and --end (no window, no dry run)")
-    try:
-        with open(args.from_template, encoding="utf-8") as handle:
-            template = handle.read()
-    except OSError as exc:
-        raise SystemExit(f"error: cannot read {args.from_template}: {exc}") from exc
+    if args.reservation:
+        raise SystemExit("error: --from-template and --reservation cannot be combined")
+    files = {
+        name: _read(path, "--template-file")
+        for name, path in key_values(args.template_file, "--template-file").items()
+    }
     body = {
         "name": args.name,
         "start_date": args.start,
         "end_date": args.end,
-        "template": template,
-        "parameters": _extras(args.parameter, "--parameter"),
+        "template": _read(args.from_template, "--from-template"),
+        "parameters": key_values(args.parameter, "--parameter"),
+        **lease_type_fields(args),
     }
+    if files:
+        body["files"] = files
     answer = api.call("POST", "/leases/from-template", body)
     if args.json:
         print(render_json(answer))
         return
-    _show_lease(args, answer["lease"])
+    show_lease(args, api, answer["lease"])
     for warning in answer["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
+
+
+def _read(path: str, option: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise SystemExit(f"error: {option}: cannot read {path}: {exc}") from exc
 
 
 def availability_command(args: argparse.Namespace) -> None:
     api = ApiClient(args.url, args.token, args.project, args.roles)
     if args.action == "search":
-        reservation = {
-            "resource_type": "physical:host",
-            "min": args.min,
-            "max": args.max if args.max is not None else args.min,
-            "hypervisor_properties": "",
-            "resource_properties": args.properties or "",
-        }
         body = {
-            "reservations": [reservation],
+            "reservations": requested_reservations(args),
             "duration": args.duration,
             "search_start": args.start,
             "search_end": args.end,
@@ -219,31 +208,41 @@ def availability_command(args: argparse.Namespace) -> None:
         if args.json:
             print(render_json(windows))
             return
-        rows = [
-            {
-                "start_date": w["start_date"],
-                "end_date": w["end_date"],
-                "free": w["reservations"][0]["available"],
-                "hosts": ",".join(
-                    w["reservations"][0].get("host_names") or w["reservations"][0]["hosts"]
-                ),
-            }
-            for w in windows
-        ]
-        print(table(rows, ["start_date", "end_date", "free", "hosts"]))
+        print(table(_window_rows(windows), ["start_date", "end_date", "free", "grant", "type"]))
     elif args.action == "timeline":
-        query = {
+        options = {
             "start": args.start,
             "end": args.end,
             "bucket": args.bucket,
-            "resource_properties": args.properties or "",
+            "resource_type": args.resource_type,
+            "resource_properties": args.properties,
+            "pool": args.pool,
+            "vcpus": args.vcpus,
+            "memory_mb": args.memory_mb,
+            "disk_gb": args.disk_gb,
         }
-        found = api.call("GET", "/availability/timeline?" + urlencode(query))["timeline"]
+        query = urlencode({k: v for k, v in options.items() if v is not None})
+        found = api.call("GET", "/availability/timeline?" + query)["timeline"]
         if args.json:
             print(render_json(found))
             return
-        print(f"{found['hosts']} matching host(s), buckets of {found['bucket']} s")
-        print(table(found["buckets"], ["start_date", "free", "partly_busy", "busy"]))
+        print(describe_capacity(found))
+        shared = any("largest" in b for b in found["buckets"])  # GB or instances, not items
+        counts = ["free", "largest"] if shared else ["free", "partly_busy", "busy"]
+        print(table(found["buckets"], ["start_date", *counts]))
+
+
+def _window_rows(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per reservation of each window, the window's dates on its first: what is free
+    in the reservation's units, and what it would get."""
+    rows = []
+    for window in windows:
+        dates = {"start_date": window["start_date"], "end_date": window["end_date"]}
+        for offered in window["reservations"]:
+            grant, kind = describe_grant(offered), offered["resource_type"]
+            rows.append({**dates, "free": offered["available"], "grant": grant, "type": kind})
+            dates = {}
+    return rows
 
 
 def audit_command(args: argparse.Namespace) -> None:
@@ -258,7 +257,7 @@ def audit_command(args: argparse.Namespace) -> None:
     query = {k: v for k, v in filters.items() if v is not None}
     records = api.call("GET", "/audit?" + urlencode(query))["audit_log"]
     columns = ["id", "at", "actor_user", "actor_project", "action", "target_type", "target_id"]
-    _show(args, records, columns)
+    show(args, records, columns)
 
 
 def register(sub: Any) -> None:
@@ -298,10 +297,14 @@ def register(sub: Any) -> None:
     p.add_argument("--earliest-start", default="now")
     p.add_argument("--latest-end")
     p.add_argument("--dry-run", action="store_true", help="show what would happen; create nothing")
-    p.add_argument("--min", type=int, default=1, help="hosts wanted at least")
-    p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
+    add_reservation_options(p)
+    add_lease_type_options(p)
     p.add_argument(
-        "--properties", help='resource_properties query, e.g. \'["==", "$gpu", "a100"]\''
+        "--template-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a nested template the --from-template stack names as a resource type",
     )
     p.add_argument(
         "--from-template",
@@ -318,6 +321,9 @@ def register(sub: Any) -> None:
     p.add_argument("--start")
     p.add_argument("--end")
     add_client_options(p)
+    p = lease_actions.add_parser("confirm", help="confirm a held lease: it starts as planned")
+    p.add_argument("lease", help="lease id")
+    add_client_options(p)
     p = lease_actions.add_parser("retry", help="run a lease's failed events again (admin)")
     p.add_argument("lease", help="lease id")
     add_client_options(p)
@@ -331,22 +337,31 @@ def register(sub: Any) -> None:
     add_client_options(p)
     lease.set_defaults(func=lease_command)
 
-    availability = sub.add_parser("availability", help="when hosts are free")
+    availability = sub.add_parser("availability", help="when resources are free")
     availability_actions = availability.add_subparsers(dest="action", required=True)
     p = availability_actions.add_parser("search", help="the earliest windows a lease would fit")
     p.add_argument("--duration", required=True, help="'HH:MM' or seconds")
     p.add_argument("--start", default="now", help="search from ('now' or a date)")
     p.add_argument("--end", required=True, help="windows end by this date")
-    p.add_argument("--min", type=int, default=1, help="hosts wanted at least")
-    p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
-    p.add_argument("--properties", help="resource_properties query")
+    add_reservation_options(p)
     p.add_argument("--limit", type=int, default=3, help="windows wanted (at most 20)")
     add_client_options(p)
-    p = availability_actions.add_parser("timeline", help="free hosts per bucket of time")
+    p = availability_actions.add_parser("timeline", help="free capacity per bucket of time")
     p.add_argument("--start", default="now")
     p.add_argument("--end", required=True)
     p.add_argument("--bucket", type=int, default=3600, help="seconds per bucket")
+    p.add_argument(
+        "--resource-type", help="physical:host (default), virtual:instance, virtual:volume, ..."
+    )
     p.add_argument("--properties", help="resource_properties query")
+    p.add_argument(
+        "--pool",
+        help="items: a floating IP's network, a segment's physical network; "
+        "volumes: the pool's name",
+    )
+    p.add_argument("--vcpus", type=int, help="instances: the size counted (with --memory-mb)")
+    p.add_argument("--memory-mb", type=int, help="instances: the size counted")
+    p.add_argument("--disk-gb", type=int, help="instances: the size counted (default 0)")
     add_client_options(p)
     availability.set_defaults(func=availability_command)
 

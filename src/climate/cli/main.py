@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from climate.cli import client
+from climate.cli import client, inventory, reservations, series
 from climate.cli.output import render_json, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
@@ -166,6 +166,9 @@ def _parser() -> argparse.ArgumentParser:
         # Also after the action; SUPPRESS keeps a value given before it.
         action.add_argument("--database-url", default=argparse.SUPPRESS)
     client.register(sub)
+    reservations.register(sub)
+    inventory.register(sub)
+    series.register(sub)
     return parser
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,20 @@ from climate.db.types import UTCDateTime
 ASSIGNMENTS = cast(Table, Assignment.__table__)
 
 
+class State(enum.StrEnum):
+    """What the backend did with the project's workload on an assigned resource."""
+
+    RUNNING = "running"
+    HELD = "held"
+    """A manual start: the project has access, its workload waits to be started."""
+    RELEASED = "released"
+    DELETED = "deleted"
+    SUSPENDED = "suspended"
+    SNAPSHOTTED = "snapshotted"
+    KEPT = "kept"
+    """Ended, the workload kept until the project acknowledges (then ``released``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     """One resource handed to a project for a reservation."""
@@ -30,6 +45,9 @@ class Grant:
     resource_type: str
     resource_id: str
     at: dt.datetime
+    start_policy: str = "auto"
+    end_policy: str = "release"
+    state: State = State.RUNNING
 
 
 def assign(
@@ -74,8 +92,19 @@ def assign_many(session: Session, grants: Sequence[Grant]) -> int:
     by_time: dict[dt.datetime, dict[tuple[str, str, str], tuple[str, ...]]] = defaultdict(dict)
     for g in grants:
         key = (g.reservation_id, g.resource_type, g.resource_id)
-        by_time[g.at].setdefault(key, (new_id(), *key, g.lease_id, g.project_id))
-    columns = ("id", "reservation_id", "resource_type", "resource_id", "lease_id", "project_id")
+        row = (new_id(), *key, g.lease_id, g.project_id, g.start_policy, g.end_policy, g.state)
+        by_time[g.at].setdefault(key, row)
+    columns = (
+        "id",
+        "reservation_id",
+        "resource_type",
+        "resource_id",
+        "lease_id",
+        "project_id",
+        "start_policy",
+        "end_policy",
+        "state",
+    )
     insert_ = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     added = 0
     for at, rows in by_time.items():
@@ -98,8 +127,16 @@ def _count(result: object) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-def release_many(session: Session, reservation_ids: Collection[str], now: dt.datetime) -> int:
-    """``release`` for many reservations in one statement; returns how many were still open."""
+def release_many(
+    session: Session,
+    reservation_ids: Collection[str],
+    now: dt.datetime,
+    *,
+    end_policy: str = "release",
+    state: State = State.RELEASED,
+) -> int:
+    """``release`` for many reservations in one statement, recording the end policy applied
+    and the workload's ``state``; returns how many were still open."""
     if not reservation_ids:
         return 0
     session.flush()
@@ -109,7 +146,18 @@ def release_many(session: Session, reservation_ids: Collection[str], now: dt.dat
             among(session, ASSIGNMENTS.c.reservation_id, reservation_ids),
             ASSIGNMENTS.c.released_at.is_(None),
         )
-        .values(released_at=now)
+        .values(released_at=now, end_policy=end_policy, state=state)
+    )
+    return _count(result)
+
+
+def move_state(session: Session, reservation_id: str, before: State, after: State) -> int:
+    """The reservation's assignments in state ``before`` go to ``after``; returns how many."""
+    session.flush()
+    result = session.execute(
+        update(ASSIGNMENTS)
+        .where(ASSIGNMENTS.c.reservation_id == reservation_id, ASSIGNMENTS.c.state == before)
+        .values(state=after)
     )
     return _count(result)
 
@@ -123,6 +171,7 @@ def release(session: Session, reservation_id: str, now: dt.datetime) -> int:
     ).all()
     for assignment in open_ones:
         assignment.released_at = now
+        assignment.state = State.RELEASED
     session.flush()
     return len(open_ones)
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVarTuple
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Select, delete, insert, select
 from sqlalchemy.orm import Session
 
 from climate.db.allocations import narrowed
 from climate.db.hosts import SpanRow
 from climate.db.tables import HostAllocation, InstanceAllocation, Lease, new_id, table_of
 
+_Row = TypeVarTuple("_Row")
 OWNER_PREFIX = "instances:"
 """Owner of a host's instance usage in the whole-host calendar (see ``usage_spans``)."""
 
@@ -192,17 +194,53 @@ class AllocationRow:
     end: dt.datetime
 
 
+def _live(query: Select[*_Row], **filters: Any) -> Select[*_Row]:
+    """``query`` over instance allocations kept to live leases and narrowed by ``filters``."""
+    query = query.join(Lease, Lease.id == InstanceAllocation.lease_id).where(
+        Lease.deleted_at.is_(None)
+    )
+    return narrowed(query, InstanceAllocation, **filters)
+
+
+def allocated_hosts(
+    session: Session,
+    *,
+    after: int | None = None,
+    limit: int,
+    lease_id: str | None = None,
+    reservation_id: str | None = None,
+    project_id: str | None = None,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+) -> list[int]:
+    """A page of the hosts (by id, after ``after``) with instance allocations of live leases
+    overlapping [start, end), filtered as asked."""
+    query = select(InstanceAllocation.host_id).distinct().order_by(InstanceAllocation.host_id)
+    if after is not None:
+        query = query.where(InstanceAllocation.host_id > after)
+    query = _live(
+        query,
+        lease_id=lease_id,
+        reservation_id=reservation_id,
+        project_id=project_id,
+        start=start,
+        end=end,
+    )
+    return list(session.scalars(query.limit(limit)))
+
+
 def allocations(
     session: Session,
     *,
-    host_id: int | None = None,
+    host_ids: Collection[int],
     lease_id: str | None = None,
     reservation_id: str | None = None,
     project_id: str | None = None,
     start: dt.datetime | None = None,
     end: dt.datetime | None = None,
 ) -> list[AllocationRow]:
-    """Instance allocations of live leases overlapping [start, end), filtered as asked."""
+    """Instance allocations on ``host_ids`` of live leases overlapping [start, end), filtered
+    as asked, by host then start."""
     query = (
         select(
             InstanceAllocation.host_id,
@@ -212,15 +250,11 @@ def allocations(
             InstanceAllocation.start_date,
             InstanceAllocation.end_date,
         )
-        .join(Lease, Lease.id == InstanceAllocation.lease_id)
-        .where(Lease.deleted_at.is_(None))
+        .where(InstanceAllocation.host_id.in_(list(host_ids)))
         .order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
     )
-    if host_id is not None:
-        query = query.where(InstanceAllocation.host_id == host_id)
-    query = narrowed(
+    query = _live(
         query,
-        InstanceAllocation,
         lease_id=lease_id,
         reservation_id=reservation_id,
         project_id=project_id,

@@ -33,12 +33,26 @@ from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, se
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
-from climate.domain.status import EventStatus, LeaseStatus, LeaseType
+from climate.domain.status import EVENT_ORDER, EventStatus, EventType, LeaseStatus, LeaseType
 from climate.errors import Conflict
 
 EVENTS = cast(Table, Event.__table__)
 LEASES = cast(Table, Lease.__table__)
 RESERVATIONS = cast(Table, Reservation.__table__)
+REMINDER_PRIORITY = EVENT_ORDER[EventType.BEFORE_END_LEASE] + 1
+"""The priority that marks a ``before_end_lease`` event as a reminder (a notification only)
+rather than the before-end action at ``before_end_date``: at one instant it runs after every
+other kind. A reminder's offset is its lease's end minus its time, kept so as the end moves."""
+
+
+def reminder_events(lease: Lease) -> list[Event]:
+    """The lease's reminder events (``REMINDER_PRIORITY``), in time order."""
+    return [e for e in lease.events if e.priority == REMINDER_PRIORITY]
+
+
+def reminder_offsets(lease: Lease) -> list[dt.timedelta]:
+    """How long before the lease's end each of its reminders comes, longest first."""
+    return sorted({lease.end_date - e.time for e in reminder_events(lease)}, reverse=True)
 
 
 def among(

@@ -98,6 +98,7 @@ class Lease(Timestamped, Base):
     __table_args__ = (
         Index("ix_leases_project", "project_id", "name"),
         Index("ix_leases_status", "status"),
+        Index("ix_leases_series", "series_id", "occurrence"),
     )
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(NAME_LENGTH))
@@ -121,12 +122,35 @@ class Lease(Timestamped, Base):
     deadline: Mapped[dt.datetime | None] = mapped_column(default=None)
     """A best-effort lease times out at this instant if still waiting."""
     hold_expires_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    series_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), default=None)
+    occurrence: Mapped[dt.datetime | None] = mapped_column(default=None)
+    """The series' instant this lease was made for (its recurrence id): kept when the
+    occurrence is moved, so the series knows which of its instants are taken."""
     reservations: Mapped[list[Reservation]] = relationship(
         back_populates="lease", lazy="selectin", order_by="Reservation.created_at"
     )
     events: Mapped[list[Event]] = relationship(
         back_populates="lease", lazy="selectin", order_by="Event.time"
     )
+
+
+class LeaseSeries(Timestamped, Base):
+    """A recurring lease: an iCalendar RRULE (with EXDATEs) from ``first_start``, each
+    occurrence ``duration_seconds`` long, made from ``body`` (a lease body without dates).
+    Its occurrences are ordinary leases with ``series_id`` set."""
+
+    __tablename__ = "lease_series"
+    __table_args__ = (Index("ix_lease_series_project", "project_id", "name"),)
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    rrule: Mapped[str] = mapped_column(Text)
+    exdates: Mapped[list[str]] = mapped_column(JSON)
+    first_start: Mapped[dt.datetime]
+    duration_seconds: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]]
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(default=None)
 
 
 class Reservation(Timestamped, Base):
@@ -347,6 +371,13 @@ class Assignment(Base):
     resource_id: Mapped[str] = mapped_column(String(255))
     assigned_at: Mapped[dt.datetime]
     released_at: Mapped[dt.datetime | None]
+    start_policy: Mapped[str] = mapped_column(String(16), default="auto")
+    end_policy: Mapped[str] = mapped_column(String(16), default="release")
+    """The reservation's at its start, then at its end (docs/policies.md)."""
+    state: Mapped[str] = mapped_column(String(16), default="running")
+    """What the backend did with the project's workload: ``running`` or ``held`` (a manual
+    start) while the reservation runs; ``released``, ``deleted``, ``suspended``,
+    ``snapshotted`` or ``kept`` (until acknowledged, then ``released``) after its end."""
 
 
 class ApiToken(Base):

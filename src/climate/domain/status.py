@@ -129,3 +129,23 @@ def check_event_transition(current: str, new: EventStatus) -> None:
     """Raise Conflict unless ``current -> new`` is allowed for an event."""
     if new not in EVENT_TRANSITIONS[EventStatus(current)]:
         raise Conflict(f"event cannot go from {current} to {new}")
+
+
+class StartPolicy(enum.StrEnum):
+    """What a reservation's start does with the project's workload (docs/policies.md)."""
+
+    AUTO = "auto"
+    """The backend hands the resources over and starts the workload."""
+    MANUAL = "manual"
+    """The backend only holds the resources for the project, which starts them itself."""
+
+
+class EndPolicy(enum.StrEnum):
+    """What a reservation's end does with the project's workload (docs/policies.md). The
+    resources go back to the pool at the end whatever the policy."""
+
+    RELEASE = "release"
+    DELETE = "delete"
+    SUSPEND = "suspend"
+    SNAPSHOT = "snapshot"
+    KEEP_UNTIL_ACK = "keep-until-ack"

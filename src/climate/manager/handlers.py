@@ -26,6 +26,7 @@ from climate.db import leases as lease_rows
 from climate.db.tables import Event, Lease, Reservation
 from climate.domain.status import (
     LEASE_TRANSITIONS,
+    EndPolicy,
     EventType,
     LeaseStatus,
     ReservationStatus,
@@ -33,6 +34,7 @@ from climate.domain.status import (
     check_reservation_transition,
 )
 from climate.notify import enqueue_lease, enqueue_leases
+from climate.resources.base import end_policy_of, start_policy_of
 from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
@@ -166,10 +168,12 @@ class EventHandlers:
         else:
             if status != LeaseStatus.ACTIVE or lease.deleted_at is not None:
                 return step
+            step.topic = "lease.before_end"
+            if not is_before_end_action(lease, event_id):
+                return step  # a reminder: it only notifies
             live = self._live(lease, statuses)
             step.handovers = [self._handover(lease, r, now) for r in live]
             step.actions = [str(r.params.get("before_end", "default")) for r in live]
-            step.topic = "lease.before_end"
         return step
 
     def _move(
@@ -193,6 +197,10 @@ class EventHandlers:
 
     def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
         resource_type = self.ctx.resource_types[reservation.resource_type]
+        end_policy = end_policy_of(reservation.params)
+        if end_policy is EndPolicy.KEEP_UNTIL_ACK and lease.deleted_at is not None:
+            # A deleted lease cannot be acknowledged: its deletion is the acknowledgement.
+            end_policy = EndPolicy.RELEASE
         return Handover(
             lease_id=lease.id,
             reservation_id=reservation.id,
@@ -200,6 +208,8 @@ class EventHandlers:
             resource_type=reservation.resource_type,
             resource_ids=tuple(resource_type.resource_ids(reservation)),
             at=now,
+            start_policy=start_policy_of(reservation.params),
+            end_policy=end_policy,
         )
 
     @staticmethod
@@ -342,6 +352,13 @@ class EventHandlers:
             target_id=lease.id,
             detail={"reason": reason, "manager": self.manager},
         )
+
+
+def is_before_end_action(lease: Lease, event_id: str) -> bool:
+    """Whether before-end event ``event_id`` is the one at the lease's ``before_end_date``,
+    which runs the reservations' ``before_end`` actions; the lease's other before-end events
+    are reminders. (The lease's events are loaded for this when they were not already.)"""
+    return any(e.id == event_id and e.time == lease.before_end_date for e in lease.events)
 
 
 def ends_early(lease: Lease, now: dt.datetime) -> bool:

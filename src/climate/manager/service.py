@@ -45,6 +45,7 @@ from climate.manager.handlers import (
 )
 from climate.services.context import ServiceContext
 from climate.services.leases import LeaseService
+from climate.services.reclaim import ReclaimService
 
 LOG = logging.getLogger(__name__)
 BATCH = 1000
@@ -438,7 +439,10 @@ class Manager:
         # Taken before serving: the queue's own admissions move the version and make the next
         # call look once more, which admits nothing new unless something else freed meanwhile.
         self._queue_version, self._freed = version, False
-        return LeaseService(self.ctx).serve_queue(capacity_changed=changed)
+        admitted = LeaseService(self.ctx).serve_queue(capacity_changed=changed)
+        if changed:  # hosts best-effort leases may reclaim (services/reclaim.py)
+            admitted += ReclaimService(self.ctx, self.handlers.backend).serve_queue()
+        return admitted
 
     # -- the loop ----------------------------------------------------------------------------
 

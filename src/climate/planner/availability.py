@@ -68,7 +68,11 @@ class Placement:
     """The names of ``resources``."""
     available: int
     """How many of its resources are free for the whole window (after the reservations before
-    it in the request took theirs)."""
+    it in the request took theirs); for instances, how many instances of its size fit; for
+    volumes, the most GB free in one matching pool."""
+    quantities: tuple[int, ...] = ()
+    """Per resource, how much of it: instances on each host, GB from the pool (empty for
+    resources taken whole)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,9 @@ class Shortfall:
     released: tuple[float, ...]
     """When each busy one is free again (the end of its last span in the window), earliest
     first."""
+    reducible: bool = True
+    """Whether it may be offered less than its min: whole hosts and devices (min..max) and
+    instances (``amount``) may; items reserved by ``amount`` and volumes may not."""
 
     @property
     def fits(self) -> bool:
@@ -194,7 +201,11 @@ def counter_offers(
         CounterOffer("later_start", w.start, w.start + end - begin, None, False)
         for w in earliest(placers, search, 1)
     ]
-    if not all(s.fits for s in shortfalls) and all(s.available for s in shortfalls):
+    if (
+        not all(s.fits for s in shortfalls)
+        and all(s.available for s in shortfalls)
+        and all(s.fits or s.reducible for s in shortfalls)
+    ):
         counts = tuple(
             (min(s.min, s.available, s.max), min(s.max, s.available)) for s in shortfalls
         )
@@ -247,6 +258,10 @@ class HostRequest:
     """The hosts matching its properties."""
     min: int
     max: int
+    required: frozenset[int] = frozenset()
+    """Ids it must get (a floating IP reservation's ``required_floatingips``)."""
+    reducible: bool = True
+    """Whether a counter-offer may lower its count (``Shortfall.reducible``)."""
 
 
 class FreeCounter:
@@ -314,52 +329,68 @@ class HostPlacer:
         return self.place_window(start, start + self._search.duration)
 
     def place_window(self, begin: float, end: float) -> list[Placement] | None:
-        begin_at, end_at = moment(begin), moment(end)
         taken: list[int] = []
         placed = []
         for request in self._requests:
-            view = self._calendar.view(request.hosts, begin_at, end_at)
-            if taken:
-                view = dataclasses.replace(view, free=view.free & ~np.isin(view.ids, taken))
-            demand = HostDemand(start=begin_at, end=end_at, min=request.min, max=request.max)
-            try:
-                chosen = choose_hosts(demand, view)
-            except NotEnoughCapacity:
+            placement = self.take(request, begin, end, taken)
+            if placement is None:
                 return None
-            taken += chosen
-            at = {int(view.ids[k]): k for k in np.flatnonzero(np.isin(view.ids, chosen)).tolist()}
-            names = tuple(view.names[at[h]] for h in chosen)
-            available = int(np.count_nonzero(view.free))
-            placed.append(Placement(request.index, tuple(chosen), names, available))
+            placed.append(placement)
         return placed
 
-    def explain(self, begin: float, end: float) -> list[Shortfall]:
+    def take(
+        self, request: HostRequest, begin: float, end: float, taken: list[int]
+    ) -> Placement | None:
+        """What admission grants ``request`` over [begin, end) besides the hosts in ``taken``
+        (extended with its choice); None if it refuses."""
         begin_at, end_at = moment(begin), moment(end)
-        taken: list[int] = []
-        found = []
-        for request in self._requests:
-            view = self._calendar.view(request.hosts, begin_at, end_at)
-            free = int(np.count_nonzero(view.free))
-            released = tuple(np.sort(view.released[~view.free]).tolist())
-            if taken:
-                view = dataclasses.replace(view, free=view.free & ~np.isin(view.ids, taken))
-            # What admission would grant if min were lowered to what is left: as many as it may.
-            demand = HostDemand(start=begin_at, end=end_at, min=0, max=request.max)
+        view = self._calendar.view(request.hosts, begin_at, end_at)
+        if taken:
+            view = dataclasses.replace(view, free=view.free & ~np.isin(view.ids, taken))
+        demand = HostDemand(
+            begin_at, end_at, request.min, request.max, request.required, request.required
+        )
+        try:
             chosen = choose_hosts(demand, view)
-            taken += chosen
+        except NotEnoughCapacity:
+            return None
+        taken += chosen
+        at = {int(view.ids[k]): k for k in np.flatnonzero(np.isin(view.ids, chosen)).tolist()}
+        names = tuple(view.names[at[h]] for h in chosen)
+        return Placement(request.index, tuple(chosen), names, int(np.count_nonzero(view.free)))
+
+    def explain(self, begin: float, end: float) -> list[Shortfall]:
+        taken: list[int] = []
+        return [self.explain_one(request, begin, end, taken) for request in self._requests]
+
+    def explain_one(
+        self, request: HostRequest, begin: float, end: float, taken: list[int]
+    ) -> Shortfall:
+        """How ``request`` stands over [begin, end) besides the hosts in ``taken`` (extended
+        with what admission would grant it if its min were lowered to what is left)."""
+        begin_at, end_at = moment(begin), moment(end)
+        view = self._calendar.view(request.hosts, begin_at, end_at)
+        free = int(np.count_nonzero(view.free))
+        released = tuple(np.sort(view.released[~view.free]).tolist())
+        if taken:
+            view = dataclasses.replace(view, free=view.free & ~np.isin(view.ids, taken))
+        demand = HostDemand(begin_at, end_at, 0, request.max, request.required, request.required)
+        try:
+            chosen = choose_hosts(demand, view)
             available = int(np.count_nonzero(view.free))
-            found.append(
-                Shortfall(
-                    request.index,
-                    request.min,
-                    request.max,
-                    len(request.hosts.ids),
-                    free,
-                    available,
-                    released,
-                )
-            )
-        return found
+        except NotEnoughCapacity:  # a required one is not free: nothing is granted
+            chosen, available = [], 0
+        taken += chosen
+        return Shortfall(
+            request.index,
+            request.min,
+            request.max,
+            len(request.hosts.ids),
+            free,
+            available,
+            released,
+            request.reducible,
+        )
 
     def cutoffs(self, begin: float, end: float) -> FloatArray:
         hosts = [request.hosts for request in self._requests]

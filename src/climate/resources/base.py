@@ -12,8 +12,16 @@ from sqlalchemy.orm import Session
 
 from climate.config import Settings
 from climate.db.tables import Reservation
+from climate.domain.status import EndPolicy, StartPolicy
 from climate.errors import InvalidInput
 from climate.planner.query import parse_query
+
+POLICY_FIELDS = frozenset({"start_policy", "end_policy"})
+"""Reservation fields of every resource type (docs/policies.md)."""
+STARTED_AT = "started_at"
+"""Params key: when the project started a manual reservation (ISO 8601)."""
+ACKNOWLEDGED_AT = "acknowledged_at"
+"""Params key: when the project acknowledged a keep-until-ack reservation's end."""
 
 
 class ResourceType(abc.ABC):
@@ -26,6 +34,8 @@ class ResourceType(abc.ABC):
 
     name: ClassVar[str]
     before_end_actions: ClassVar[frozenset[str]] = frozenset({"default"})
+    end_policies: ClassVar[frozenset[EndPolicy]] = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE})
+    """The end policies that mean something for this type's resources."""
 
     def configure(self, settings: Settings) -> None:
         """Take the operator's settings (called once, when the service context is built);
@@ -131,3 +141,43 @@ def merged_fields(
     merged: dict[str, Any] = dict(current or {})
     merged.update(raw)
     return merged
+
+
+def policy_fields(
+    resource_type: ResourceType, merged: Mapping[str, Any], field_name: str
+) -> dict[str, Any]:
+    """``start_policy`` and ``end_policy`` as stored: only when given (absent or null means the
+    default), the end policy one that ``resource_type`` offers; with the state the
+    reservation's actions recorded (``started_at``, ``acknowledged_at``), which an update
+    keeps and a client cannot send (it is not among the fields)."""
+    params: dict[str, Any] = {}
+    if merged.get("start_policy") is not None:
+        params["start_policy"] = _choice(
+            StartPolicy, merged["start_policy"], f"{field_name}.start_policy"
+        )
+    if merged.get("end_policy") is not None:
+        end = _choice(EndPolicy, merged["end_policy"], f"{field_name}.end_policy")
+        if end not in resource_type.end_policies:
+            offered = ", ".join(p for p in EndPolicy if p in resource_type.end_policies)
+            raise InvalidInput(
+                f"{field_name}.end_policy",
+                f"{end} is not offered for {resource_type.name} reservations; use one of {offered}",
+            )
+        params["end_policy"] = end
+    params.update({key: merged[key] for key in (STARTED_AT, ACKNOWLEDGED_AT) if key in merged})
+    return params
+
+
+def _choice(values: type[StartPolicy] | type[EndPolicy], value: object, field_name: str) -> str:
+    offered = [v.value for v in values]
+    if not isinstance(value, str) or value not in offered:
+        raise InvalidInput(field_name, f"must be one of {', '.join(offered)}, not {value!r}")
+    return value
+
+
+def start_policy_of(params: Mapping[str, Any]) -> StartPolicy:
+    return StartPolicy(params.get("start_policy") or StartPolicy.AUTO)
+
+
+def end_policy_of(params: Mapping[str, Any]) -> EndPolicy:
+    return EndPolicy(params.get("end_policy") or EndPolicy.RELEASE)

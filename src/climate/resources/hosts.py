@@ -15,6 +15,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from climate.db import hosts as host_rows
 from climate.db import repacking
 from climate.db.tables import Reservation
+from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput, NotEnoughCapacity
 from climate.planner.availability import (
     HostPlacer,
@@ -27,7 +28,13 @@ from climate.planner.calendar import HostSet, moment
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
 from climate.planner.repack import Occupant, RepackDemand, plan
-from climate.resources.base import ResourceType, int_field, reject_unknown
+from climate.resources.base import (
+    POLICY_FIELDS,
+    ResourceType,
+    int_field,
+    policy_fields,
+    reject_unknown,
+)
 from climate.resources.calendar_cache import CalendarCache
 
 HOST_COLUMNS = (
@@ -41,8 +48,12 @@ HOST_COLUMNS = (
     "cpu_info",
 )
 MAX_REMEMBERED_QUERIES = 1024
-FIELDS = frozenset(
-    {"min", "max", "hypervisor_properties", "resource_properties", "before_end", "count_range"}
+FIELDS = (
+    frozenset(
+        {"min", "max", "hypervisor_properties", "resource_properties", "before_end", "count_range"}
+    )
+    | POLICY_FIELDS
+    | {"reclaim"}
 )
 
 
@@ -99,6 +110,7 @@ class Inventory:
 class PhysicalHostType(ResourceType):
     name = "physical:host"
     before_end_actions = frozenset({"default", "notification"})
+    end_policies = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT})
 
     def __init__(self) -> None:
         self.inventory = Inventory()
@@ -132,6 +144,9 @@ class PhysicalHostType(ResourceType):
                 f"{field}.before_end", f"must be one of {offered}, not {before_end!r}"
             )
         params["before_end"] = before_end
+        params.update(policy_fields(self, merged, field))
+        if flag_field(merged, "reclaim", field, default=False):
+            params["reclaim"] = True  # stored only when asked: Blazar's shape stays as it was
         return params
 
     def admit(
@@ -271,3 +286,19 @@ class PhysicalHostType(ResourceType):
         matching = self.inventory.matching(session, hypervisor_properties, resource_properties)
         with self.calendar.reading(session) as calendar:
             return timeline(calendar, matching, start, bucket, count)
+
+
+def flag_field(merged: Mapping[str, Any], key: str, field: str, *, default: bool) -> bool:
+    """A true/false field: a JSON boolean, or its text as the blazar CLI sends it.
+
+    :raises InvalidInput: naming ``field.key``.
+    """
+    value = merged.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in ("true", "false"):
+        return text == "true"
+    raise InvalidInput(f"{field}.{key}", f"must be true or false, not {value!r}")

@@ -24,21 +24,28 @@ from climate.config import Settings
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db.tables import Reservation
+from climate.domain.status import EndPolicy
 from climate.errors import Conflict, InvalidInput
 from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible, place
 from climate.planner.query import parse_query
 from climate.resources.base import (
+    POLICY_FIELDS,
     ResourceType,
     before_end_field,
     int_field,
     merged_fields,
+    policy_fields,
     query_field,
 )
 from climate.resources.calendar_cache import CalendarCache
-from climate.resources.hosts import Inventory
+from climate.resources.hosts import Inventory, flag_field
 
-FIELDS = frozenset(
-    {"amount", "vcpus", "memory_mb", "disk_gb", "affinity", "resource_properties", "before_end"}
+FIELDS = (
+    frozenset(
+        {"amount", "vcpus", "memory_mb", "disk_gb", "affinity", "resource_properties", "before_end"}
+    )
+    | POLICY_FIELDS
+    | {"movable"}
 )
 SIZE_COLUMNS = ("vcpus", "memory_mb", "local_gb")
 RATIOS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
@@ -98,6 +105,7 @@ def enforcement(reservation: Reservation) -> dict[str, Any]:
 
 class InstanceType(ResourceType):
     name = "virtual:instance"
+    end_policies = frozenset(EndPolicy)
 
     def __init__(self) -> None:
         self.inventory = Inventory()
@@ -118,6 +126,9 @@ class InstanceType(ResourceType):
             "affinity": affinity_field(merged, field),
             "resource_properties": query_field(merged, "resource_properties", field),
             "before_end": before_end_field(self.before_end_actions, merged, field),
+            **policy_fields(self, merged, field),
+            # Movable (by a best-effort lease's reclaim) unless it says not; stored only then.
+            **({} if flag_field(merged, "movable", field, default=True) else {"movable": False}),
         }
 
     def admit(
@@ -133,7 +144,9 @@ class InstanceType(ResourceType):
         params = reservation.params
         size = Size(params["vcpus"], params["memory_mb"], params["disk_gb"])
         held = reservation.instance_allocations
-        keep = {a.host_id: a.count for a in held} if active else {}
+        # Rows that ended before now are where instances ran before a reclaim moved them.
+        running = [a for a in held if now is None or a.end_date > now]
+        keep = {a.host_id: a.count for a in running} if active else {}
         if keep and any(Size(a.vcpus, a.memory_mb, a.disk_gb) != size.times(a.count) for a in held):
             raise Conflict("vcpus: a running instance reservation changes only its amount")
         hosts = self._hosts(session, params["resource_properties"])
@@ -214,3 +227,11 @@ class InstanceType(ResourceType):
         return [
             f"{a.host_id}:{n}" for a in reservation.instance_allocations for n in range(a.count)
         ]
+
+    def sized_hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:
+        """Where instances asking for ``resource_properties`` may run: the reservable matching
+        hosts that have a size, scaled by their ratios (a reclaim moves instances among them)."""
+        try:
+            return self._hosts(session, resource_properties)
+        except InvalidInput:
+            return []  # hosts match, but none has a size

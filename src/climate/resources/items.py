@@ -27,10 +27,12 @@ from climate.planner.calendar import HostSet
 from climate.planner.hosts import HostDemand, HostsView, choose_hosts
 from climate.planner.query import parse_query
 from climate.resources.base import (
+    POLICY_FIELDS,
     ResourceType,
     before_end_field,
     int_field,
     merged_fields,
+    policy_fields,
     query_field,
     text_field,
 )
@@ -250,7 +252,7 @@ class DeviceType(ItemType):
 
     name = "device"
     kind = DEVICES
-    FIELDS = frozenset({"min", "max", "resource_properties", "before_end"})
+    FIELDS = frozenset({"min", "max", "resource_properties", "before_end"}) | POLICY_FIELDS
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -265,6 +267,7 @@ class DeviceType(ItemType):
             "max": maximum,
             "resource_properties": query_field(merged, "resource_properties", field),
             "before_end": before_end_field(self.before_end_actions, merged, field),
+            **policy_fields(self, merged, field),
         }
 
     def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:
@@ -278,7 +281,10 @@ class NetworkType(ItemType):
 
     name = "network"
     kind = NETWORKS
-    FIELDS = frozenset({"amount", "network_properties", "resource_properties", "before_end"})
+    FIELDS = (
+        frozenset({"amount", "network_properties", "resource_properties", "before_end"})
+        | POLICY_FIELDS
+    )
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -290,6 +296,7 @@ class NetworkType(ItemType):
             "network_properties": query_field(merged, "network_properties", field),
             "resource_properties": query_field(merged, "resource_properties", field),
             "before_end": before_end_field(self.before_end_actions, merged, field),
+            **policy_fields(self, merged, field),
         }
 
     def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:
@@ -305,7 +312,9 @@ class FloatingIPType(ItemType):
 
     name = "virtual:floatingip"
     kind = FLOATING_IPS
-    FIELDS = frozenset({"network_id", "amount", "required_floatingips", "before_end"})
+    FIELDS = (
+        frozenset({"network_id", "amount", "required_floatingips", "before_end"}) | POLICY_FIELDS
+    )
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -335,6 +344,7 @@ class FloatingIPType(ItemType):
             "amount": amount,
             "required_floatingips": addresses,
             "before_end": before_end_field(self.before_end_actions, merged, field),
+            **policy_fields(self, merged, field),
         }
 
     def demand(self, session: Session, params: Mapping[str, Any]) -> ItemDemand:

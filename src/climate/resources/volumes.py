@@ -17,19 +17,24 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.db import volumes as volume_rows
 from climate.db.tables import Reservation, VolumePool
+from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput, NotEnoughCapacity
 from climate.planner.capacity import Pool, choose_pool
 from climate.planner.query import parse_query
 from climate.resources.base import (
+    POLICY_FIELDS,
     ResourceType,
     before_end_field,
     int_field,
     merged_fields,
+    policy_fields,
     query_field,
     text_field,
 )
 
-FIELDS = frozenset({"size_gb", "amount", "pool", "resource_properties", "before_end"})
+FIELDS = (
+    frozenset({"size_gb", "amount", "pool", "resource_properties", "before_end"}) | POLICY_FIELDS
+)
 
 
 def pool_properties(pool: VolumePool) -> dict[str, str | int | None]:
@@ -41,6 +46,9 @@ def pool_properties(pool: VolumePool) -> dict[str, str | int | None]:
 
 class VolumeType(ResourceType):
     name = "virtual:volume"
+    end_policies = frozenset(
+        {EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT, EndPolicy.KEEP_UNTIL_ACK}
+    )
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -54,6 +62,7 @@ class VolumeType(ResourceType):
             "pool": None if pool in (None, "") else text_field(f"{field}.pool", pool),
             "resource_properties": query_field(merged, "resource_properties", field),
             "before_end": before_end_field(self.before_end_actions, merged, field),
+            **policy_fields(self, merged, field),
         }
 
     def admit(

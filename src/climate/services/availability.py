@@ -3,22 +3,35 @@ timeline. Read-only: a reader transaction, no admission lock (docs/availability.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
-from climate.planner.availability import Placer, SearchRange, Timeline, earliest
+from climate.planner.availability import SearchRange, earliest, timeline
+from climate.planner.capacity_search import volume_timeline
+from climate.planner.instance_search import instance_timeline
+from climate.planner.instances import Size
 from climate.planner.query import parse_query
 from climate.resources import pick
+from climate.resources.base import ResourceType
 from climate.resources.calendar_cache import HISTORY
+from climate.resources.hosts import PhysicalHostType
+from climate.resources.instances import InstanceType
+from climate.resources.items import ItemType
+from climate.resources.volumes import VolumeType
 from climate.services.context import ServiceContext
+from climate.services.placing import (
+    instance_space,
+    placers,
+    searchable,
+    storage_pools,
+)
 
 if TYPE_CHECKING:
     # Not at run time: services.leases imports services.offers, which imports this module.
@@ -30,34 +43,7 @@ NAMES_RULE = "blazar:oshosts:get"
 MAX_WINDOWS = 20
 MAX_STEP = 86_400
 MAX_BUCKETS = 10_000
-HOST_TYPE = "physical:host"
-
-
-@runtime_checkable
-class Searchable(Protocol):
-    """A resource type whose reservations can be searched for (``PhysicalHostType``)."""
-
-    def searching(
-        self,
-        session: Session,
-        reservations: Sequence[tuple[int, Mapping[str, Any]]],
-        search: SearchRange,
-    ) -> contextlib.AbstractContextManager[Placer]: ...
-
-
-@runtime_checkable
-class Charted(Protocol):
-    """A resource type that can tell its free capacity over time."""
-
-    def timeline(
-        self,
-        session: Session,
-        hypervisor_properties: str,
-        resource_properties: str,
-        start: int,
-        bucket: int,
-        count: int,
-    ) -> Timeline: ...
+HOST_TYPE = PhysicalHostType.name
 
 
 @dataclass(frozen=True)
@@ -77,12 +63,17 @@ class AvailabilityQuery:
 @dataclass(frozen=True)
 class OfferedReservation:
     resource_type: str
-    min: int
-    max: int
+    params: Mapping[str, Any]
+    """As validated by its resource type."""
     resource_ids: tuple[int, ...]
+    """Hosts, items or the volume pool it would get."""
     resource_names: tuple[str, ...] | None
-    """None when the caller may not list hosts."""
+    """None when the caller may not list them (hosts: ``NAMES_RULE``)."""
+    quantities: tuple[int, ...]
+    """Per resource: instances on each host, GB from the pool; empty for whole resources."""
     available: int
+    """In the reservation's units: free hosts or items, instances of its size that fit, most
+    GB free in one pool."""
 
 
 @dataclass(frozen=True)
@@ -98,19 +89,36 @@ class TimelineQuery:
     start: dt.datetime | None = None
     """None means now."""
     bucket: int = 3600
+    resource_type: str = HOST_TYPE
     hypervisor_properties: str = ""
+    """Whole hosts only."""
     resource_properties: str = ""
+    pool: str | None = None
+    """Items: their pool (a floating IP's network, a segment's physical network); volumes: the
+    pool's name. Not for hosts and instances."""
+    vcpus: int | None = None
+    """Instances: the size counted (vCPUs and memory required, disk 0 by default); refused
+    for the other types."""
+    memory_mb: int | None = None
+    disk_gb: int | None = None
 
 
 @dataclass(frozen=True)
 class Capacity:
+    resource_type: str
     start: dt.datetime
     bucket: int
-    hosts: int
-    """Hosts matching the query."""
+    total: int
+    """Whole resources: how many match; volumes: the GB of the matching pools; instances: how
+    many of the size the matching hosts hold when empty."""
     free: Sequence[int]
-    busy: Sequence[int]
-    partly: Sequence[int]
+    """Per bucket, free for all of it: resources; GB; instances of the size."""
+    busy: Sequence[int] | None = None
+    """Whole resources: busy for all of the bucket."""
+    partly: Sequence[int] | None = None
+    """Whole resources: busy for part of the bucket."""
+    largest: Sequence[int] | None = None
+    """Shared capacity: the most free in one pool (GB) or on one host (instances)."""
 
 
 class AvailabilityService:
@@ -141,17 +149,15 @@ class AvailabilityService:
         if not query.reservations:
             raise InvalidInput("reservations", "at least one reservation is needed")
         by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-        searchers: dict[str, Searchable] = {}
         params_of: dict[int, Mapping[str, Any]] = {}
         for i, request in enumerate(query.reservations):
             field = f"reservations[{i}]"
             rtype = pick(self.ctx.resource_types, request.resource_type, f"{field}.resource_type")
             params = rtype.validate(request.fields, None, field)
-            if not isinstance(rtype, Searchable):
+            if not searchable(rtype):
                 raise InvalidInput(
                     f"{field}.resource_type", f"availability of {rtype.name} cannot be searched"
                 )
-            searchers[rtype.name] = rtype
             by_type.setdefault(rtype.name, []).append((i, params))
             params_of[i] = params
         search = SearchRange(
@@ -160,12 +166,11 @@ class AvailabilityService:
             query.duration,
             query.step,
         )
-        with self.ctx.db.reader() as session, contextlib.ExitStack() as stack:
-            placers = [
-                stack.enter_context(searchers[name].searching(session, members, search))
-                for name, members in by_type.items()
-            ]
-            windows = earliest(placers, search, query.limit)
+        with (
+            self.ctx.db.reader() as session,
+            placers(self.ctx.resource_types, session, by_type, search) as found,
+        ):
+            windows = earliest(found, search, query.limit)
         named = self.ctx.policy.allows(actor, NAMES_RULE)
         return [
             Offer(
@@ -174,10 +179,10 @@ class AvailabilityService:
                 reservations=tuple(
                     OfferedReservation(
                         resource_type=str(query.reservations[p.index].resource_type),
-                        min=int(params_of[p.index]["min"]),
-                        max=int(params_of[p.index]["max"]),
+                        params=params_of[p.index],
                         resource_ids=p.resources,
-                        resource_names=p.names if named else None,
+                        resource_names=p.names if named or not _hosted(p.index, query) else None,
+                        quantities=p.quantities,
                         available=p.available,
                     )
                     for p in window.placements
@@ -187,8 +192,9 @@ class AvailabilityService:
         ]
 
     def timeline(self, actor: Actor, query: TimelineQuery) -> Capacity:
-        """Per bucket of the range, how many hosts matching the queries are free for all of it,
-        busy for all of it and busy for part of it. Names no host and no lease.
+        """Per bucket of the range, what is free for all of it: whole hosts or items matching
+        the queries (and how many are busy for all or part of it), volume GB, or instances of a
+        size. Names no resource and no lease.
 
         :raises InvalidInput: a field is wrong (named in the message).
         """
@@ -213,26 +219,69 @@ class AvailabilityService:
             ("resource_properties", query.resource_properties),
         ):
             parse_query(field, value)
-        rtype = self.ctx.resource_types.get(HOST_TYPE)
-        if not isinstance(rtype, Charted):
-            raise InvalidInput("resource_type", f"{HOST_TYPE} is not offered here")
+        rtype = pick(self.ctx.resource_types, query.resource_type, "resource_type")
+        size = _timeline_size(rtype, query)
         first = math.floor(start.timestamp())
         with self.ctx.db.reader() as session:
-            found = rtype.timeline(
-                session,
-                query.hypervisor_properties,
-                query.resource_properties,
-                first,
-                query.bucket,
-                count,
+            return self._chart(session, rtype, query, size, first, count)
+
+    def _chart(
+        self,
+        session: Session,
+        rtype: ResourceType,
+        query: TimelineQuery,
+        size: Size | None,
+        first: int,
+        count: int,
+    ) -> Capacity:
+        bucket = query.bucket
+        at = _moment(first)
+        if isinstance(rtype, PhysicalHostType | ItemType):
+            if isinstance(rtype, PhysicalHostType):
+                found = rtype.timeline(
+                    session,
+                    query.hypervisor_properties,
+                    query.resource_properties,
+                    first,
+                    bucket,
+                    count,
+                )
+            else:
+                items = rtype.inventory.matching(
+                    session, query.resource_properties, pool=query.pool
+                )
+                with rtype.calendar.reading(session) as calendar:
+                    found = timeline(calendar, items, first, bucket, count)
+            return Capacity(
+                rtype.name,
+                at,
+                bucket,
+                found.hosts,
+                found.free.tolist(),
+                busy=found.busy.tolist(),
+                partly=found.partly.tolist(),
             )
+        if isinstance(rtype, VolumeType):
+            pools = storage_pools(
+                session, query.pool, query.resource_properties, first, first + bucket * count
+            )
+            shared = volume_timeline(pools, first, bucket, count)
+        elif isinstance(rtype, InstanceType) and size is not None:
+            hosts = self.ctx.resource_types[HOST_TYPE]
+            assert isinstance(hosts, PhysicalHostType)
+            rooms = rtype.sized_hosts(session, query.resource_properties)
+            with hosts.calendar.reading(session) as calendar:
+                space = instance_space(session, calendar, rooms, first, first + bucket * count)
+            shared = instance_timeline(space, size, first, bucket, count)
+        else:
+            raise InvalidInput("resource_type", f"{rtype.name} has no capacity timeline")
         return Capacity(
-            start=_moment(first),
-            bucket=query.bucket,
-            hosts=found.hosts,
-            free=found.free.tolist(),
-            busy=found.busy.tolist(),
-            partly=found.partly.tolist(),
+            rtype.name,
+            at,
+            bucket,
+            shared.total,
+            shared.free.tolist(),
+            largest=shared.largest.tolist(),
         )
 
     def _check_range(
@@ -245,6 +294,36 @@ class AvailabilityService:
             raise InvalidInput(
                 end_field, f"the range may span at most {longest.days} days from {start_field}"
             )
+
+
+def _timeline_size(rtype: ResourceType, query: TimelineQuery) -> Size | None:
+    """The instance size a timeline counts, after refusing the filters that do not apply.
+
+    :raises InvalidInput: naming the field.
+    """
+    if query.hypervisor_properties and not isinstance(rtype, PhysicalHostType):
+        raise InvalidInput("hypervisor_properties", f"only for {HOST_TYPE}, not {rtype.name}")
+    if query.pool is not None and not isinstance(rtype, ItemType | VolumeType):
+        raise InvalidInput("pool", f"not for {rtype.name}: only items and volumes have pools")
+    fields = {"vcpus": query.vcpus, "memory_mb": query.memory_mb, "disk_gb": query.disk_gb}
+    if not isinstance(rtype, InstanceType):
+        given = [name for name, value in fields.items() if value is not None]
+        if given:
+            raise InvalidInput(given[0], f"only for {InstanceType.name}, not {rtype.name}")
+        return None
+    for name in ("vcpus", "memory_mb"):
+        if fields[name] is None:
+            raise InvalidInput(name, f"required for {InstanceType.name}: the size counted")
+    for name, value in fields.items():
+        lowest = 0 if name == "disk_gb" else 1
+        if value is not None and value < lowest:
+            raise InvalidInput(name, f"must be at least {lowest}, not {value}")
+    return Size(query.vcpus or 0, query.memory_mb or 0, query.disk_gb or 0)
+
+
+def _hosted(index: int, query: AvailabilityQuery) -> bool:
+    """Whether the reservation's resources are hosts (whose names ``NAMES_RULE`` guards)."""
+    return query.reservations[index].resource_type in (HOST_TYPE, InstanceType.name)
 
 
 def _moment(seconds: int) -> dt.datetime:

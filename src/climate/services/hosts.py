@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
+from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
@@ -64,7 +65,14 @@ class HostService:
             host_rows.bump_inventory(session)
             session.refresh(host)
             _audit(session, now, actor, "host.create", host, {"name": name, **fields})
+            self._wake_queue(session, now)
             return host
+
+    def _wake_queue(self, session: Session, now: dt.datetime) -> None:
+        """A host added or changed (made reservable again, resized) may be what waiting leases
+        wait for: the manager serves the queue at once, not at its next poll."""
+        if lease_rows.queue_waits(session):
+            self.ctx.events_changed(session, now)
 
     def list_all(self, actor: Actor, page: Page = FIRST_PAGE) -> Sequence[Host]:
         """:raises InvalidInput: ``marker`` is not a host id, or a bad ``sort_key``."""
@@ -93,6 +101,7 @@ class HostService:
             session.flush()
             session.refresh(host)
             _audit(session, now, actor, "host.update", host, dict(fields))
+            self._wake_queue(session, now)
             return host
 
     def delete(self, actor: Actor, host_id: str) -> None:

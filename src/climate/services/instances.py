@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
+from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.domain.actor import Actor
-from climate.services.context import ServiceContext
+from climate.errors import InvalidInput, NotFound
+from climate.services.context import FIRST_PAGE, Page, ServiceContext
+from climate.services.inventory import parse_id
 
 
 @dataclass(frozen=True)
@@ -24,28 +28,52 @@ class InstanceAllocationService:
         self,
         actor: Actor,
         *,
+        host_id: str | None = None,
         lease_id: str | None = None,
         reservation_id: str | None = None,
         start: dt.datetime | None = None,
         end: dt.datetime | None = None,
+        page: Page = FIRST_PAGE,
     ) -> list[HostInstances]:
-        """Instance allocations per host (hosts in id order) from ``start`` (default now) on;
-        a caller whom the ``admin`` rule does not cover sees only their project's."""
+        """Instance allocations per host from ``start`` (default now) on: one host's (even
+        none), or a page of the hosts that have some (by id; ``page.marker`` is a host id); a
+        caller whom the ``admin`` rule does not cover sees only their project's.
+
+        :raises NotFound: ``host_id`` is no host.
+        :raises InvalidInput: ``page.marker`` is no host.
+        """
         self.ctx.policy.enforce(
             actor,
             "climate:instances:get_allocations",
             {"project_id": actor.project_id, "user_id": actor.user_id},
         )
+        filters: dict[str, Any] = {
+            "lease_id": lease_id,
+            "reservation_id": reservation_id,
+            "project_id": self.ctx.policy.scope(actor),
+            "start": start or self.ctx.clock.now(),
+            "end": end,
+        }
         with self.ctx.db.reader() as session:
-            rows = instance_rows.allocations(
-                session,
-                lease_id=lease_id,
-                reservation_id=reservation_id,
-                project_id=self.ctx.policy.scope(actor),
-                start=start or self.ctx.clock.now(),
-                end=end,
-            )
-        per_host: dict[int, list[instance_rows.AllocationRow]] = {}
+            if host_id is not None:
+                known = parse_id(str(host_id))
+                if known is None or host_rows.get(session, known) is None:
+                    raise NotFound("Host", host_id)
+                host_ids = [known]
+            else:
+                after = None
+                if page.marker is not None:
+                    after = parse_id(page.marker)
+                    if after is None or host_rows.get(session, after) is None:
+                        raise InvalidInput("marker", f"no host {page.marker}")
+                host_ids = instance_rows.allocated_hosts(
+                    session,
+                    after=after,
+                    limit=page.size(self.ctx.settings.max_page_size),
+                    **filters,
+                )
+            rows = instance_rows.allocations(session, host_ids=host_ids, **filters)
+        per_host: dict[int, list[instance_rows.AllocationRow]] = {h: [] for h in host_ids}
         for row in rows:
-            per_host.setdefault(row.host_id, []).append(row)
-        return [HostInstances(h, r) for h, r in sorted(per_host.items())]
+            per_host[row.host_id].append(row)
+        return [HostInstances(h, r) for h, r in per_host.items()]

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate import wire
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK, retry_transient
@@ -38,6 +39,8 @@ WAITING_TYPES = frozenset({LeaseType.RETRY, LeaseType.BEST_EFFORT})
 """Lease types that wait in the queue (status IN_PROGRESS) when refused at creation."""
 STARTING_NOW = (LeaseStatus.PENDING, LeaseStatus.STARTING)
 POLL_SECONDS = 0.02
+MAX_REMINDERS = 10
+"""How many reminders a lease may have (docs/lease-types.md)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,13 @@ class LeaseRequest:
     """When a best-effort lease stops hunting."""
     hold: dt.timedelta | None = None
     """Create a hold (HELD) that lapses after this long unless confirmed."""
+    before_end_offset: dt.timedelta | None = None
+    """The before-end event comes this long before the end (instead of ``before_end``)."""
+    reminders: Sequence[dt.timedelta] | None = None
+    """Extra notifications, each this long before the end."""
+    series_id: str | None = None
+    occurrence: dt.datetime | None = None
+    """The instant of its series this lease is made for (``series_id``)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,26 @@ class LeaseChanges:
     end: dt.datetime | None = None
     before_end: dt.datetime | None = None
     reservations: Sequence[ReservationRequest] = field(default_factory=tuple)
+    before_end_offset: dt.timedelta | None = None
+    reminders: Sequence[dt.timedelta] | None = None
+    """None: keep the reminders' offsets (they move with the end); a list replaces them."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A lease request that passed every check that needs no capacity: ready to admit."""
+
+    request: LeaseRequest
+    start: dt.datetime
+    before_end: dt.datetime
+    reminders: tuple[dt.timedelta, ...]
+    """Longest first."""
+    prepared: Sequence[tuple[dict[str, Any], ReservationRequest]]
+    """Each reservation's validated parameters, with its request."""
+
+    @property
+    def params(self) -> list[dict[str, Any]]:
+        return [params for params, _ in self.prepared]
 
 
 class LeaseService:
@@ -147,6 +177,34 @@ class LeaseService:
                 raise InvalidInput("duration", "a flexible window is for scheduled leases only")
             return offers.create_flexible(self, actor, request, request.duration)
         now = self.ctx.clock.now()
+        checked = self.check(actor, request, now)
+        start = checked.start
+        if request.lease_type in WAITING_TYPES and not request.dry_run:
+            try:
+                with self.ctx.db.transaction() as session:
+                    lease = self.write(session, actor, checked, now)
+            except NotEnoughCapacity as refused:
+                with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+                    lease = self._write_waiting(session, actor, checked, now, str(refused))
+            return lease
+        with (
+            offers.explaining(self.ctx, request, start, checked.params),
+            contextlib.suppress(offers.DryRun),
+            self.ctx.db.transaction() as session,
+        ):
+            lease = self.write(session, actor, checked, now)
+            if request.dry_run:
+                raise offers.DryRun  # undoes every write above; the lease stays as built
+        if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
+            return self._started_soon(actor, lease)
+        return lease  # fully loaded: the notification above rendered all of it
+
+    def check(self, actor: Actor, request: LeaseRequest, now: dt.datetime) -> Checked:
+        """Every check of a new lease with fixed dates that needs no capacity: its name,
+        window, type, reservations, before-end event and reminders.
+
+        :raises InvalidInput: a field is wrong (named in the message).
+        """
         _check_name(request.name)
         start = self._check_start(request.start, now)
         _check_window(start, request.end)
@@ -162,53 +220,42 @@ class LeaseService:
             )
             for i, r in enumerate(request.reservations)
         ]
-        before_end = self._before_end(request.before_end, start, request.end)
-        if request.lease_type in WAITING_TYPES and not request.dry_run:
-            try:
-                with self.ctx.db.transaction() as session:
-                    lease = self._write(session, actor, request, start, before_end, prepared, now)
-            except NotEnoughCapacity as refused:
-                with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-                    lease = self._write_waiting(
-                        session, actor, request, start, before_end, prepared, now, str(refused)
-                    )
-            return lease
-        with (
-            offers.explaining(self.ctx, request, start, [params for params, _ in prepared]),
-            contextlib.suppress(offers.DryRun),
-            self.ctx.db.transaction() as session,
-        ):
-            lease = self._write(session, actor, request, start, before_end, prepared, now)
-            if request.dry_run:
-                raise offers.DryRun  # undoes every write above; the lease stays as built
-        if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
-            return self._started_soon(actor, lease)
-        return lease  # fully loaded: the notification above rendered all of it
+        before_end = self._before_end(
+            request.before_end, start, request.end, request.before_end_offset
+        )
+        reminders: tuple[dt.timedelta, ...] = ()
+        if request.reminders is not None:
+            if request.hold is not None or request.lease_type in WAITING_TYPES:
+                raise InvalidInput(
+                    "reminders", "not for holds, retry or best-effort leases (no events yet)"
+                )
+            reminders = _check_reminders(
+                request.reminders, start, request.end, before_end, given=True, started=False
+            )
+        return Checked(request, start, before_end, reminders, prepared)
 
-    def _write(
-        self,
-        session: Session,
-        actor: Actor,
-        request: LeaseRequest,
-        start: dt.datetime,
-        before_end: dt.datetime,
-        prepared: Sequence[tuple[dict[str, Any], ReservationRequest]],
-        now: dt.datetime,
-    ) -> Lease:
-        """Write and admit a new lease (HELD without events if ``request`` asks for a hold)."""
-        lease = self._build(actor, request, start, before_end, prepared, now)
+    def write(self, session: Session, actor: Actor, checked: Checked, now: dt.datetime) -> Lease:
+        """Write and admit a new lease (HELD without events if it asks for a hold) in the
+        caller's transaction, taking the admission lock unless the transaction holds it.
+
+        :raises NotEnoughCapacity: it does not fit; the caller rolls the transaction back.
+        :raises Conflict: the project already has a live lease of that name.
+        """
+        request, start = checked.request, checked.start
+        lease = self._build(actor, checked, now)
         wake = start
         if request.hold is not None:
             lease.status = LeaseStatus.HELD
             lease.hold_expires_at = wake = min(now + request.hold, start)
         else:
-            lease.events = _events(lease, now)
+            lease.events = _events(lease, now, checked.reminders)
         # Written with Core inserts and kept outside the session: nothing to flush or reload.
         # These rows are invisible to others until commit, so they go before the admission
         # lock: only the name check and the capacity decision are serialised.
         lease_rows.insert_new(session, lease)
         _audit(session, now, actor, "lease.create", lease, _window(lease))
-        self.ctx.db.lock(session, ADMISSION_LOCK)
+        if "lock_version" not in session.info:
+            self.ctx.db.lock(session, ADMISSION_LOCK)
         self._check_name_free(session, actor, lease)
         for reservation in lease.reservations:
             self.ctx.resource_types[reservation.resource_type].admit(
@@ -219,18 +266,11 @@ class LeaseService:
         return lease
 
     def _write_waiting(
-        self,
-        session: Session,
-        actor: Actor,
-        request: LeaseRequest,
-        start: dt.datetime,
-        before_end: dt.datetime,
-        prepared: Sequence[tuple[dict[str, Any], ReservationRequest]],
-        now: dt.datetime,
-        reason: str,
+        self, session: Session, actor: Actor, checked: Checked, now: dt.datetime, reason: str
     ) -> Lease:
         """Record a refused retry or best-effort lease as waiting: no allocation, no event."""
-        lease = self._build(actor, request, start, before_end, prepared, now)
+        request = checked.request
+        lease = self._build(actor, checked, now)
         lease.status = LeaseStatus.IN_PROGRESS
         lease.status_reason = reason
         lease.attempts = 1
@@ -249,16 +289,9 @@ class LeaseService:
                 f"name: a lease named {lease.name!r} already exists in project {actor.project_id}"
             )
 
-    def _build(
-        self,
-        actor: Actor,
-        request: LeaseRequest,
-        start: dt.datetime,
-        before_end: dt.datetime,
-        prepared: Sequence[tuple[dict[str, Any], ReservationRequest]],
-        now: dt.datetime,
-    ) -> Lease:
+    def _build(self, actor: Actor, checked: Checked, now: dt.datetime) -> Lease:
         """The new lease as an object outside the session, every column set, PENDING."""
+        request = checked.request
         lease_id = new_id()
         max_attempts = None
         if request.lease_type == LeaseType.RETRY:
@@ -269,9 +302,9 @@ class LeaseService:
             project_id=actor.project_id,
             user_id=actor.user_id,
             trust_id=None,
-            start_date=start,
+            start_date=checked.start,
             end_date=request.end,
-            before_end_date=before_end,
+            before_end_date=checked.before_end,
             status=LeaseStatus.PENDING,
             status_reason=None,
             degraded=False,
@@ -283,6 +316,8 @@ class LeaseService:
             next_attempt_at=None,
             deadline=request.deadline,
             hold_expires_at=None,
+            series_id=request.series_id,
+            occurrence=request.occurrence,
             created_at=now,
             updated_at=None,
             events=[],
@@ -299,7 +334,7 @@ class LeaseService:
                     created_at=now,
                     updated_at=None,
                 )
-                for params, req in prepared
+                for params, req in checked.prepared
             ],
         )
 
@@ -349,18 +384,37 @@ class LeaseService:
                         session, reservation, start, end, active=active, now=now
                     )
             before_end = lease.before_end_date
-            if reshaped and changes.before_end is None and before_end is not None:
+            moved_warning = changes.before_end is not None or changes.before_end_offset is not None
+            if reshaped and not moved_warning and before_end is not None:
                 # As in Blazar: the before-end action keeps its distance from the end.
                 before_end = max(start, end - (lease.end_date - before_end))
-            elif changes.before_end is not None or reshaped:
-                before_end = self._before_end(changes.before_end, start, end)
+            elif moved_warning or reshaped:
+                before_end = self._before_end(
+                    changes.before_end, start, end, changes.before_end_offset
+                )
+            reminders = _check_reminders(
+                lease_rows.reminder_offsets(lease)
+                if changes.reminders is None
+                else changes.reminders,
+                start,
+                end,
+                before_end,
+                given=changes.reminders is not None,
+                started=active,
+            )
+            old_end = lease.end_date
             lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
             self._retime_events(lease, held, now)
+            self._place_reminders(session, lease, reminders, old_end, held, now)
             lease.updated_at = now
             session.flush()
             self._notify(session, "lease.update", lease, now)
             after = _window(lease)
-            changed = {k: [before[k], after[k]] for k in after if after[k] != before[k]}
+            changed = {
+                k: [before.get(k), after.get(k)]
+                for k in {**before, **after}
+                if after.get(k) != before.get(k)
+            }
             if edits:
                 changed["reservations"] = [r.id for r, _, _ in edits]
             _audit(session, now, actor, "lease.update", lease, changed)
@@ -376,37 +430,44 @@ class LeaseService:
         """Delete a lease; a running one ends now and its resources go back to the free pool."""
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            held = lease_rows.hold_waiting_events(session, lease_id)
-            lease = self._load(session, actor, lease_id, "blazar:leases:delete")
-            self._notify(session, "lease.delete", lease, now)
-            _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
-            lease.deleted_at = now
-            lease.updated_at = now
-            if not _started(lease, held):
-                for event in held:
+            self.cancel(session, actor, lease_id, now)
+
+    def cancel(self, session: Session, actor: Actor, lease_id: str, now: dt.datetime) -> None:
+        """Delete a lease in the caller's transaction, which holds the admission lock.
+
+        :raises NotFound: no such lease visible to the caller.
+        """
+        held = lease_rows.hold_waiting_events(session, lease_id)
+        lease = self._load(session, actor, lease_id, "blazar:leases:delete")
+        self._notify(session, "lease.delete", lease, now)
+        _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
+        lease.deleted_at = now
+        lease.updated_at = now
+        if not _started(lease, held):
+            for event in held:
+                session.delete(event)
+            check_lease_transition(lease.status, LeaseStatus.TERMINATED)
+            lease.status = LeaseStatus.TERMINATED
+            for reservation in lease.reservations:
+                self.ctx.resource_types[reservation.resource_type].release(
+                    session, reservation, now
+                )
+                reservation.status = ReservationStatus.DELETED
+            self._freed(session, now)
+        elif lease.status != LeaseStatus.TERMINATED:
+            # The manager takes the resources back through the backend, now. Events a
+            # manager has taken meanwhile are left to it: they run before the end.
+            for event in held:
+                if event.event_type == EventType.END_LEASE:
+                    event.time = event.not_before = now
+                else:
                     session.delete(event)
-                check_lease_transition(lease.status, LeaseStatus.TERMINATED)
-                lease.status = LeaseStatus.TERMINATED
-                for reservation in lease.reservations:
-                    self.ctx.resource_types[reservation.resource_type].release(
-                        session, reservation, now
-                    )
-                    reservation.status = ReservationStatus.DELETED
-                self._freed(session, now)
-            elif lease.status != LeaseStatus.TERMINATED:
-                # The manager takes the resources back through the backend, now. Events a
-                # manager has taken meanwhile are left to it: they run before the end.
-                for event in held:
-                    if event.event_type == EventType.END_LEASE:
-                        event.time = event.not_before = now
-                    else:
-                        session.delete(event)
-                for reservation in lease.reservations:
-                    self.ctx.resource_types[reservation.resource_type].release(
-                        session, reservation, now
-                    )
-                self.ctx.events_changed(session, now)
-            session.flush()
+            for reservation in lease.reservations:
+                self.ctx.resource_types[reservation.resource_type].release(
+                    session, reservation, now
+                )
+            self.ctx.events_changed(session, now)
+        session.flush()
 
     def confirm(self, actor: Actor, lease_id: str) -> Lease:
         """Confirm a hold: it becomes a PENDING lease that starts at its start date.
@@ -565,6 +626,15 @@ class LeaseService:
             raise InvalidInput("start_date", f"an {kind} lease starts now; give 'now'")
         if request.priority is not None and request.priority > 0:
             self.ctx.policy.enforce(actor, "climate:leases:priority", _owned_by(actor))
+        for i, r in enumerate(request.reservations):
+            # Reclaim (docs/lease-types.md); its value itself is checked by physical:host.
+            asked = str(r.fields.get("reclaim", False)).strip().lower() not in ("false", "none")
+            if r.resource_type == "physical:host" and asked:
+                if kind != LeaseType.BEST_EFFORT:
+                    raise InvalidInput(
+                        f"reservations[{i}].reclaim", "only for lease_type 'best_effort'"
+                    )
+                self.ctx.policy.enforce(actor, "climate:leases:reclaim", _owned_by(actor))
         if request.retries is not None:
             if kind != LeaseType.RETRY:
                 raise InvalidInput("retries", "only for lease_type 'retry'")
@@ -626,8 +696,18 @@ class LeaseService:
         return start
 
     def _before_end(
-        self, given: dt.datetime | None, start: dt.datetime, end: dt.datetime
+        self,
+        given: dt.datetime | None,
+        start: dt.datetime,
+        end: dt.datetime,
+        offset: dt.timedelta | None = None,
     ) -> dt.datetime:
+        if offset is not None:
+            if not dt.timedelta(0) <= offset <= end - start:
+                raise InvalidInput(
+                    "before_end_offset", f"must be between 0 and the lease's length ({end - start})"
+                )
+            return end - offset
         if given is not None:
             if not start <= given <= end:
                 raise InvalidInput("before_end_date", "must lie between start_date and end_date")
@@ -663,13 +743,18 @@ class LeaseService:
             EventType.END_LEASE: lease.end_date,
             EventType.BEFORE_END_LEASE: lease.before_end_date,
         }
+        reminders = lease_rows.reminder_events(lease)
         for event in held:
             when = wanted.get(EventType(event.event_type))
-            if when is not None and event.time != when:
+            if when is not None and event.time != when and event not in reminders:
                 event.time = event.not_before = when
                 event.updated_at = now
         # A running lease whose end moved later gets its warning again before the new end.
-        warned = [e for e in lease.events if e.event_type == EventType.BEFORE_END_LEASE]
+        warned = [
+            e
+            for e in lease.events
+            if e.event_type == EventType.BEFORE_END_LEASE and e not in reminders
+        ]
         if (
             lease.before_end_date is not None
             and lease.before_end_date > now
@@ -680,21 +765,107 @@ class LeaseService:
                 _event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now)
             )
 
+    def _place_reminders(
+        self,
+        session: Session,
+        lease: Lease,
+        offsets: Sequence[dt.timedelta],
+        old_end: dt.datetime,
+        held: Sequence[Event],
+        now: dt.datetime,
+    ) -> None:
+        """Give the lease one reminder event per offset before its (new) end.
+
+        A reminder that has not run (waiting, or skipped because its time had passed) moves
+        or goes; one that ran stays as it was, as a plain before-end event of the lease's
+        past, and a new one takes its place if its offset still applies at another time. A
+        reminder a manager is running now is left alone."""
+        held_ids = {e.id for e in held}
+        current: set[dt.timedelta] = set()
+        for event in lease_rows.reminder_events(lease):
+            offset = old_end - event.time
+            when = lease.end_date - offset
+            if event.status == EventStatus.UNDONE and event.id not in held_ids:
+                continue
+            if event.status == EventStatus.IN_PROGRESS:
+                continue
+            if offset in offsets and event.time == when:
+                current.add(offset)
+            elif event.status == EventStatus.UNDONE or (
+                event.status == EventStatus.DONE and event.attempts == 0
+            ):
+                if offset in offsets:
+                    event.time = event.not_before = when
+                    event.status = EventStatus.UNDONE if when >= now else EventStatus.DONE
+                    event.updated_at = now
+                    current.add(offset)
+                else:
+                    lease.events.remove(event)
+                    session.delete(event)
+            else:
+                event.priority = EVENT_ORDER[EventType.BEFORE_END_LEASE]
+                event.updated_at = now
+        for offset in offsets:
+            if offset not in current:
+                lease.events.append(_reminder(lease.id, lease.end_date - offset, now))
+
     def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
         enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
 
 
-def _events(lease: Lease, now: dt.datetime) -> list[Event]:
-    """A lease's start, before-end and end events, in time order."""
+def _events(lease: Lease, now: dt.datetime, reminders: Sequence[dt.timedelta] = ()) -> list[Event]:
+    """A lease's start, before-end and end events, and a reminder per offset, in time order."""
     wanted = [
         (EventType.START_LEASE, lease.start_date),
         (EventType.END_LEASE, lease.end_date),
         (EventType.BEFORE_END_LEASE, lease.before_end_date),
     ]
-    return sorted(
-        (_event(lease.id, kind, when, now) for kind, when in wanted if when is not None),
-        key=lambda e: e.time,
-    )
+    events = [_event(lease.id, kind, when, now) for kind, when in wanted if when is not None]
+    events.extend(_reminder(lease.id, lease.end_date - offset, now) for offset in reminders)
+    return sorted(events, key=lambda e: e.time)
+
+
+def _reminder(lease_id: str, when: dt.datetime, now: dt.datetime) -> Event:
+    """A reminder: a before-end event that only notifies. One whose time has passed is
+    recorded as skipped: DONE without an attempt."""
+    event = _event(lease_id, EventType.BEFORE_END_LEASE, when, now)
+    event.priority = lease_rows.REMINDER_PRIORITY
+    if when < now:
+        event.status = EventStatus.DONE
+    return event
+
+
+def _check_reminders(
+    offsets: Sequence[dt.timedelta],
+    start: dt.datetime,
+    end: dt.datetime,
+    before_end: dt.datetime | None,
+    *,
+    given: bool,
+    started: bool,
+) -> tuple[dt.timedelta, ...]:
+    """The reminders' offsets, longest first. ``given``: the client sent them (errors name
+    each); else they are the lease's own, kept as its window changes: one longer than a
+    running lease has passed (it is skipped), but a lease that has not started must be
+    longer than each of its reminders."""
+    if len(offsets) > MAX_REMINDERS:
+        raise InvalidInput("reminders", f"at most {MAX_REMINDERS}, not {len(offsets)}")
+    seen: dict[dt.timedelta, int] = {}
+    for i, offset in enumerate(offsets):
+        where = f"reminders[{i}]" if given else "reminders"
+        shown = wire.duration(offset)
+        if offset <= dt.timedelta(0):
+            raise InvalidInput(where, f"must be a positive duration, not {shown}")
+        if offset > end - start and (given or not started):
+            raise InvalidInput(
+                where, f"{shown} is longer than the lease ({wire.duration(end - start)})"
+            )
+        if offset in seen:
+            raise InvalidInput(where, f"{shown} repeats reminders[{seen[offset]}]")
+        if end - offset == before_end:
+            raise InvalidInput(where, f"{shown} falls on before_end_date, which notifies already")
+        seen[offset] = i
+    return tuple(sorted(offsets, reverse=True))
 
 
 def _event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) -> Event:
@@ -735,12 +906,16 @@ def _owned_by(actor: Actor) -> dict[str, str]:
 
 
 def _window(lease: Lease) -> dict[str, object]:
-    return {
+    window: dict[str, object] = {
         "name": lease.name,
         "start_date": lease.start_date,
         "end_date": lease.end_date,
         "before_end_date": lease.before_end_date,
     }
+    reminders = lease_rows.reminder_offsets(lease)
+    if reminders:
+        window["reminders"] = [wire.duration(o) for o in reminders]
+    return window
 
 
 def _audit(

@@ -26,8 +26,8 @@ from climate.planner.availability import (
 )
 from climate.planner.calendar import moment, seconds
 from climate.resources import pick
-from climate.services.availability import Searchable
 from climate.services.context import ServiceContext
+from climate.services.placing import placers, searchable
 
 if TYPE_CHECKING:
     from climate.db.tables import Lease
@@ -62,7 +62,8 @@ class Refusal:
     start: dt.datetime
     end: dt.datetime
     shortfalls: tuple[Shortfall, ...]
-    """For reservations whose type can explain itself (``physical:host``)."""
+    """For reservations whose type can be searched (every built-in type), in its units: hosts,
+    items, instances of its size, volume GB."""
     unexplained: tuple[tuple[int, str], ...]
     """(index, resource type) of the others."""
     offers: tuple[Offer, ...]
@@ -98,7 +99,7 @@ def explain(
     fit in the window, the longest lease from ``start``. Offers are made only when every
     reservation's type can be searched."""
     types = [ctx.resource_types[str(r.resource_type)] for r in request.reservations]
-    unexplained = tuple((i, t.name) for i, t in enumerate(types) if not isinstance(t, Searchable))
+    unexplained = tuple((i, t.name) for i, t in enumerate(types) if not searchable(t))
     begin, finish = seconds(start), seconds(end)
     duration = math.ceil(finish - begin)
     horizon = ctx.settings.offer_search_days * 86_400
@@ -106,31 +107,44 @@ def explain(
         math.ceil(begin), math.floor(begin) + horizon + duration, duration, OFFER_STEP
     )
     by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-    searchers: dict[str, Searchable] = {}
     for i, (rtype, p) in enumerate(zip(types, params, strict=True)):
-        if isinstance(rtype, Searchable):
-            searchers[rtype.name] = rtype
+        if searchable(rtype):
             by_type.setdefault(rtype.name, []).append((i, p))
     offers: list[Offer] = []
-    with ctx.db.reader() as session, contextlib.ExitStack() as stack:
-        placers = [
-            stack.enter_context(searchers[name].searching(session, members, search))
-            for name, members in by_type.items()
-        ]
+    with (
+        ctx.db.reader() as session,
+        placers(ctx.resource_types, session, by_type, search) as found_placers,
+    ):
         if unexplained:
             shortfalls = sorted(
-                (s for p in placers for s in p.explain(begin, finish)), key=lambda s: s.index
+                (s for p in found_placers for s in p.explain(begin, finish)),
+                key=lambda s: s.index,
             )
             found: list[CounterOffer] = []
         else:
-            shortfalls, found = counter_offers(placers, search, begin, finish, SHORTEST_OFFER)
-    asked = tuple((s.min, s.max) for s in shortfalls)
+            shortfalls, found = counter_offers(found_placers, search, begin, finish, SHORTEST_OFFER)
+    asked = tuple(_counts(p) for p in params)
     for o in found:
         # The request's own start, exactly (it may be "now"), unless the offer moves it.
         at = start if o.start == begin else moment(o.start)
         until = moment(o.end) if o.kind == "shorter" else at + (end - start)
-        offers.append(Offer(o.kind, at, until, o.counts or asked, o.below_request))
+        counts = asked
+        if o.counts is not None:
+            # Volumes count GB in the planner: only reducible reservations change their counts.
+            counts = tuple(
+                cut if s.reducible else own
+                for cut, own, s in zip(o.counts, asked, shortfalls, strict=True)
+            )
+        offers.append(Offer(o.kind, at, until, counts, o.below_request))
     return Refusal(start, end, tuple(shortfalls), unexplained, tuple(offers))
+
+
+def _counts(params: Mapping[str, Any]) -> tuple[int, int]:
+    """A reservation's (min, max) as asked: ``amount`` for types counted by it."""
+    if "min" in params:
+        return int(params["min"]), int(params["max"])
+    amount = int(params.get("amount", 0))
+    return amount, amount
 
 
 def create_flexible(
@@ -167,17 +181,15 @@ def create_flexible(
     if not request.reservations:
         raise InvalidInput("reservations", "a lease needs at least one reservation")
     by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-    searchers: dict[str, Searchable] = {}
     params: list[Mapping[str, Any]] = []
     for i, r in enumerate(request.reservations):
         field = f"reservations[{i}]"
         rtype = pick(ctx.resource_types, r.resource_type, f"{field}.resource_type")
         params.append(rtype.validate(r.fields, None, field))
-        if not isinstance(rtype, Searchable):
+        if not searchable(rtype):
             raise InvalidInput(
                 f"{field}.resource_type", f"{rtype.name} cannot be placed in a flexible window"
             )
-        searchers[rtype.name] = rtype
         by_type.setdefault(rtype.name, []).append((i, params[-1]))
 
     def chosen() -> LeaseRequest:
@@ -188,12 +200,11 @@ def create_flexible(
             duration,
             1,
         )
-        with ctx.db.reader() as session, contextlib.ExitStack() as stack:
-            placers = [
-                stack.enter_context(searchers[name].searching(session, members, search))
-                for name, members in by_type.items()
-            ]
-            found = earliest(placers, search, 1)
+        with (
+            ctx.db.reader() as session,
+            placers(ctx.resource_types, session, by_type, search) as found_placers,
+        ):
+            found = earliest(found_placers, search, 1)
         if not found:
             refused = NotEnoughCapacity(
                 f"no window of {duration} seconds fits between {start.isoformat()} and "

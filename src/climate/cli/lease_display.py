@@ -1,0 +1,75 @@
+"""Leases for people: a lease with its reservations named, and a refusal's counter-offers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from climate.cli.output import describe_reservation, record, render_json, table
+from climate.cli.reservation_args import reservation_options
+
+if TYPE_CHECKING:
+    from climate.cli.client import ApiClient
+
+LABELS = {
+    "physical:host": ("os-hosts", "host", "hypervisor_hostname"),
+    "virtual:instance": ("os-hosts", "host", "hypervisor_hostname"),
+    "device": ("devices", "device", "name"),
+    "network": ("networks", "network", "segment_id"),
+    "virtual:floatingip": ("floatingips", "floatingip", "floating_ip_address"),
+    "virtual:volume": ("volume-pools", "volume_pool", "name"),
+}
+"""Per resource type: the inventory path, its object's key and the field that names one."""
+
+
+class Labels:
+    """Names of the resources a lease holds (a host's name, a floating IP's address...), read
+    from the inventories; the id stands when the caller may not read one."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+        self.found: dict[tuple[str, str], str] = {}
+        self.refused: set[str] = set()
+
+    def __call__(self, resource_type: str, resource_id: str) -> str:
+        known = LABELS.get(resource_type)
+        if known is None:
+            return resource_id
+        path, key, field = known
+        if (path, resource_id) not in self.found:
+            status, answer = 403, None
+            if path not in self.refused:
+                status, answer = self.api.lookup(f"/{path}/{resource_id}")
+            if status in (0, 401, 403):
+                self.refused.add(path)  # asking for the others would be refused too
+            value = (answer or {}).get(key, {}).get(field)
+            self.found[(path, resource_id)] = resource_id if value is None else str(value)
+        return self.found[(path, resource_id)]
+
+
+def show_lease(args: argparse.Namespace, api: ApiClient, lease: dict[str, Any]) -> None:
+    """A lease for people: its fields, then one line per reservation (what it asks for and
+    what it holds, named) and per event."""
+    if args.json:
+        print(render_json(lease))
+        return
+    print(record({k: v for k, v in lease.items() if k not in ("reservations", "events")}))
+    labels = Labels(api)
+    reservations = [describe_reservation(r, labels) for r in lease["reservations"]]
+    print(table(reservations, ["id", "type", "status", "asks", "holds"]))
+    events = sorted(lease["events"], key=lambda e: e["time"])
+    print(table(events, ["event_type", "time", "status", "last_error"]))
+
+
+def counter_offers(error: dict[str, Any]) -> str:
+    """A refusal's counter-offers, one line each, as options of ``lease create``."""
+    lines = []
+    for offer in error.get("offers") or []:
+        lease = offer["lease"]
+        asked = reservation_options(lease["reservations"])
+        below = " (less than asked)" if offer["below_request"] else ""
+        start, end = lease["start_date"], lease["end_date"]
+        lines.append(f"  {offer['kind']}: --start '{start}' --end '{end}' {asked}{below}")
+    if not lines:
+        return ""
+    return "\nthese would fit (each is also a lease body to POST as is):\n" + "\n".join(lines)

@@ -1,0 +1,109 @@
+"""``climate series create / list / show / delete``: recurring leases over the HTTP API
+(docs/series.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from climate.cli.client import ApiClient, add_client_options, show
+from climate.cli.output import record, render_json, table
+
+OCCURRENCE_COLUMNS = ["occurrence", "lease_id", "status", "start_date", "end_date"]
+
+
+def series_command(args: argparse.Namespace) -> None:
+    api = ApiClient(args.url, args.token, args.project, args.roles)
+    if args.action == "list":
+        found = api.call("GET", "/lease-series")["series"]
+        show(args, found, ["id", "name", "rrule", "start_date", "end_date"])
+    elif args.action == "show":
+        _show(args, api.call("GET", f"/lease-series/{args.series}"))
+    elif args.action == "create":
+        _show(args, api.call("POST", "/lease-series", _body(args)))
+    elif args.action == "delete":
+        api.call("DELETE", f"/lease-series/{args.series}")
+        print(f"Deleted series {args.series} and its occurrences not yet ended")
+
+
+def _body(args: argparse.Namespace) -> dict[str, Any]:
+    minimum = 1 if args.min is None else args.min
+    body: dict[str, Any] = {
+        "name": args.name,
+        "start_date": args.start,
+        "rrule": args.rrule,
+        "exdates": args.exdate,
+        "conflicts": args.conflicts,
+        "reservations": [
+            {
+                "resource_type": "physical:host",
+                "min": minimum,
+                "max": args.max if args.max is not None else minimum,
+                "hypervisor_properties": "",
+                "resource_properties": args.properties or "",
+            }
+        ],
+        "events": [],
+    }
+    if (args.end is None) == (args.duration is None):
+        raise SystemExit("error: give --end (of the first occurrence) or --duration")
+    if args.end is not None:
+        body["end_date"] = args.end
+    else:
+        body["duration"] = args.duration
+    if args.reminder:
+        body["reminders"] = args.reminder
+    if args.before_end_offset is not None:
+        body["before_end_offset"] = args.before_end_offset
+    return body
+
+
+def _show(args: argparse.Namespace, answer: dict[str, Any]) -> None:
+    """A series for people: its fields, then its occurrences, then those skipped."""
+    if args.json:
+        print(render_json(answer))
+        return
+    series = answer["series"]
+    shown = {k: v for k, v in series.items() if k not in ("occurrences", "reservations")}
+    print(record(shown))
+    print(table(series.get("occurrences", []), OCCURRENCE_COLUMNS))
+    skipped = answer.get("skipped") or []
+    if skipped:
+        print(f"skipped {len(skipped)} occurrence(s) that do not fit:")
+        print(table(skipped, ["occurrence", "end_date", "error_message"]))
+
+
+def register(sub: Any) -> None:
+    series = sub.add_parser("series", help="recurring leases (an iCalendar RRULE)")
+    actions = series.add_subparsers(dest="action", required=True)
+    add_client_options(actions.add_parser("list"))
+    for action in ("show", "delete"):
+        p = actions.add_parser(action)
+        p.add_argument("series", help="series id")
+        add_client_options(p)
+    p = actions.add_parser("create", help="a lease of hosts per occurrence of a rule")
+    p.add_argument("name")
+    p.add_argument("--start", required=True, help="the first occurrence's start (UTC)")
+    p.add_argument("--end", help="the first occurrence's end (or --duration)")
+    p.add_argument("--duration", help="each occurrence's length ('HH:MM', seconds or PT2H)")
+    p.add_argument(
+        "--rrule", required=True, help="e.g. 'FREQ=WEEKLY;BYDAY=TU;COUNT=8' (COUNT or UNTIL)"
+    )
+    p.add_argument(
+        "--exdate", action="append", default=[], help="an occurrence to leave out; repeatable"
+    )
+    p.add_argument(
+        "--conflicts",
+        choices=("reject", "skip"),
+        default="reject",
+        help="reject: all or nothing (default); skip: create those that fit",
+    )
+    p.add_argument("--min", type=int, help="hosts wanted at least (default 1)")
+    p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
+    p.add_argument("--properties", help="resource_properties query")
+    p.add_argument(
+        "--reminder", action="append", default=[], help="a reminder before each end, e.g. PT1H"
+    )
+    p.add_argument("--before-end-offset", help="the before-end event this long before the end")
+    add_client_options(p)
+    series.set_defaults(func=series_command)

@@ -1,0 +1,176 @@
+"""A project's actions on one reservation of its lease, as its policies allow: start a manual
+reservation, acknowledge the end of a keep-until-ack one (docs/policies.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from climate.backends.base import Backend, Handover, Timeboxed
+from climate.db import audit
+from climate.db import leases as lease_rows
+from climate.db.engine import ADMISSION_LOCK
+from climate.db.tables import Lease, Reservation
+from climate.domain.actor import Actor
+from climate.domain.status import EndPolicy, ReservationStatus, StartPolicy
+from climate.errors import BackendError, Conflict, NotFound
+from climate.notify import enqueue_lease
+from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
+from climate.services.context import ServiceContext
+
+
+@dataclass(frozen=True)
+class _Action:
+    """One action: its policy rule and audit name, what refuses it, the backend's two parts,
+    and the params key that records it."""
+
+    rule: str
+    name: str
+    refusal: Callable[[Reservation], str | None]
+    remote: Callable[[Backend], Callable[[Handover], None]]
+    record: Callable[[Backend], Callable[[Session, Handover], None]]
+    stamp: str
+
+
+def _start_refusal(reservation: Reservation) -> str | None:
+    if start_policy_of(reservation.params) is not StartPolicy.MANUAL:
+        return "starts automatically (start_policy auto): there is nothing to start"
+    if STARTED_AT in reservation.params:
+        return f"was started already, at {reservation.params[STARTED_AT]}"
+    if reservation.status != ReservationStatus.ACTIVE:
+        return f"is {reservation.status}: only an active reservation can be started"
+    return None
+
+
+def _acknowledge_refusal(reservation: Reservation) -> str | None:
+    policy = end_policy_of(reservation.params)
+    if policy is not EndPolicy.KEEP_UNTIL_ACK:
+        return f"ends with end_policy {policy}: nothing is kept to acknowledge"
+    if ACKNOWLEDGED_AT in reservation.params:
+        return f"was acknowledged already, at {reservation.params[ACKNOWLEDGED_AT]}"
+    if reservation.status != ReservationStatus.DELETED:
+        return f"is {reservation.status}: nothing is kept before it has ended"
+    return None
+
+
+START = _Action(
+    rule="climate:leases:start_reservation",
+    name="reservation.start",
+    refusal=_start_refusal,
+    remote=lambda backend: backend.start_manual_remote,
+    record=lambda backend: backend.start_manual,
+    stamp=STARTED_AT,
+)
+ACKNOWLEDGE = _Action(
+    rule="climate:leases:acknowledge",
+    name="reservation.acknowledge",
+    refusal=_acknowledge_refusal,
+    remote=lambda backend: backend.acknowledge_remote,
+    record=lambda backend: backend.acknowledge,
+    stamp=ACKNOWLEDGED_AT,
+)
+
+
+class ReservationActionService:
+    """Start and acknowledge reservations through the backend, from the API.
+
+    Each action checks the lease and reservation in a read transaction, runs the backend's
+    remote part outside any transaction (given up after ``backend_timeout_seconds``), then, in
+    one transaction under the admission lock (every change to a reservation's params takes
+    it), checks again, lets the backend record, stamps the reservation's params, writes an
+    audit row and queues a ``lease.update`` notification. A failed or abandoned remote part
+    changes nothing; the call may be repeated (backends are idempotent).
+    """
+
+    def __init__(self, ctx: ServiceContext, backend: Backend) -> None:
+        self.ctx = ctx
+        self.backend = Timeboxed(backend, ctx.settings.backend_timeout_seconds)
+
+    def start(self, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
+        """Start a manual reservation, held since the lease started: the backend starts the
+        project's workload, and the reservation shows ``started_at``.
+
+        :raises NotFound: no such lease (or another project's), or no such reservation in it.
+        :raises Forbidden: the ``climate:leases:start_reservation`` rule refuses the caller.
+        :raises Conflict: the reservation is not manual, was started already, or is not active.
+        :raises BackendError: the backend failed or did not answer in time; nothing changed.
+        """
+        return self._run(START, actor, lease_id, reservation_id)
+
+    def acknowledge(self, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
+        """Acknowledge the end of a keep-until-ack reservation: the backend discards the
+        workload its end kept, and the reservation shows ``acknowledged: true``.
+
+        :raises NotFound: no such lease (or another project's), or no such reservation in it.
+        :raises Forbidden: the ``climate:leases:acknowledge`` rule refuses the caller.
+        :raises Conflict: the reservation's end policy is another, it was acknowledged
+            already, or it has not ended.
+        :raises BackendError: the backend failed or did not answer in time; nothing changed.
+        """
+        return self._run(ACKNOWLEDGE, actor, lease_id, reservation_id)
+
+    def _run(self, action: _Action, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
+        with self.ctx.db.reader() as session:
+            lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
+            handover = self._handover(lease, reservation, self.ctx.clock.now())
+        try:
+            action.remote(self.backend)(handover)
+        except Exception as exc:
+            raise BackendError(
+                f"reservation {reservation_id}: backend {self.backend.name} failed to "
+                f"{action.name.partition('.')[2]}: {exc}"
+            ) from exc
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
+            # The backend's rows first, then the reservation's and lease's: the manager's order.
+            action.record(self.backend)(session, handover)
+            reservation.params = {**reservation.params, action.stamp: now.isoformat()}
+            reservation.updated_at = lease.updated_at = now
+            session.flush()
+            audit.record(
+                session,
+                at=now,
+                actor=actor,
+                action=action.name,
+                target_type="reservation",
+                target_id=reservation.id,
+                detail={"lease_id": lease.id, "project_id": lease.project_id},
+            )
+            enqueue_lease(session, self.ctx.settings.webhooks, "lease.update", lease, now)
+        return lease
+
+    def _find(
+        self, session: Session, action: _Action, actor: Actor, lease_id: str, reservation_id: str
+    ) -> tuple[Lease, Reservation]:
+        """The lease and its reservation, if the caller may act on them; another project's
+        lease is not found (404), as everywhere."""
+        lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
+        if lease is None:
+            raise NotFound("Lease", lease_id)
+        self.ctx.policy.enforce(
+            actor, action.rule, {"project_id": lease.project_id, "user_id": lease.user_id}
+        )
+        found = [r for r in lease.reservations if r.id == reservation_id]
+        if not found:
+            raise NotFound("Reservation", reservation_id)
+        refused = action.refusal(found[0])
+        if refused is not None:
+            raise Conflict(f"reservation {reservation_id} {refused}")
+        return lease, found[0]
+
+    def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
+        resource_type = self.ctx.resource_types[reservation.resource_type]
+        return Handover(
+            lease_id=lease.id,
+            reservation_id=reservation.id,
+            project_id=lease.project_id,
+            resource_type=reservation.resource_type,
+            resource_ids=tuple(resource_type.resource_ids(reservation)),
+            at=now,
+            start_policy=start_policy_of(reservation.params),
+            end_policy=end_policy_of(reservation.params),
+        )

@@ -15,15 +15,18 @@ import httpx
 import pytest
 from sqlalchemy import inspect, text
 
+from climate.domain.clock import ManualClock
+from climate.domain.status import LeaseType
 from climate.errors import Conflict, NotEnoughCapacity
 from climate.planner.calendar import HostSet
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
-from tests.conftest import ALICE, BOB, T0, LiveServer
+from tests.conftest import ADMIN, ALICE, BOB, T0, LiveServer
 from tests.helpers import add_hosts, host_request, hosts_of
 
 HOUR = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 
 
 def everything(ctx: ServiceContext) -> dict[str, list[tuple[Any, ...]]]:
@@ -100,6 +103,71 @@ def test_a_dry_run_of_a_name_in_use_is_refused_like_the_real_thing(
         leases.create(ALICE, dry(host_request("alice", T0 + 5 * HOUR, T0 + 6 * HOUR, 1)))
 
 
+def waiting_kind(request: Any, kind: LeaseType, **more: Any) -> Any:
+    """``request`` as a lease of ``kind`` starting now (a best-effort one hunts for a day)."""
+    if kind == LeaseType.BEST_EFFORT:
+        more.setdefault("deadline", T0 + 24 * HOUR)
+    return dataclasses.replace(request, start=None, lease_type=kind, **more)
+
+
+@pytest.mark.parametrize("kind", [LeaseType.RETRY, LeaseType.BEST_EFFORT])
+def test_a_dry_run_of_a_waiting_type_that_fits_answers_it_admitted_and_changes_nothing(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, kind: LeaseType
+) -> None:
+    woken: list[dt.datetime] = []
+    ctx.wake_manager = woken.append
+    ids = add_hosts(hosts, 2)
+    leases.create(BOB, host_request("bob", None, T0 + 3 * HOUR, 1))
+    woken.clear()
+    before, cached = everything(ctx), calendar(ctx, ids)
+
+    trial = leases.dry_run(ALICE, waiting_kind(host_request("alice", None, T0 + HOUR), kind))
+
+    assert (trial.lease.status, trial.lease.lease_type, trial.queue_position) == (
+        "PENDING",
+        kind,
+        None,
+    )
+    assert len(hosts_of(trial.lease)) == 1
+    assert everything(ctx) == before
+    assert calendar(ctx, ids) == cached
+    assert woken == []
+
+
+@pytest.mark.parametrize("kind", [LeaseType.RETRY, LeaseType.BEST_EFFORT])
+def test_a_dry_run_of_a_waiting_type_that_does_not_fit_answers_where_it_would_wait(
+    ctx: ServiceContext,
+    hosts: HostService,
+    leases: LeaseService,
+    clock: ManualClock,
+    kind: LeaseType,
+) -> None:
+    woken: list[dt.datetime] = []
+    ctx.wake_manager = woken.append
+    ids = add_hosts(hosts, 1)
+    leases.create(BOB, host_request("bob", None, T0 + 3 * HOUR, 1))
+    queued = leases.create(BOB, waiting_kind(host_request("bob-2", None, T0 + HOUR), kind))
+    assert queued.status == "IN_PROGRESS"
+    clock.set(T0 + MINUTE)  # asked later: behind bob-2 at the same priority
+    woken.clear()
+    before, cached = everything(ctx), calendar(ctx, ids)
+
+    behind = leases.dry_run(ALICE, waiting_kind(host_request("alice", None, T0 + HOUR), kind))
+    ahead = leases.dry_run(
+        ADMIN, waiting_kind(host_request("admin", None, T0 + HOUR), kind, priority=5)
+    )
+
+    assert behind.lease.status == "IN_PROGRESS"
+    assert behind.lease.status_reason is not None
+    assert behind.lease.status_reason.startswith("not enough hosts")
+    assert hosts_of(behind.lease) == set()
+    assert (behind.queue_position, ahead.queue_position) == (2, 1)
+    assert everything(ctx) == before
+    assert calendar(ctx, ids) == cached
+    assert woken == []
+    assert leases.queue_positions() == {queued.id: 1}
+
+
 # -- over HTTP -----------------------------------------------------------------------------------
 
 MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
@@ -138,3 +206,22 @@ def test_dry_run_over_http_in_the_query_or_the_body(live: LiveServer) -> None:
         assert http.get("/v1/audit", params={"action": "lease.create"}).json()["audit_log"] == []
         created = http.post("/v1/leases", json=body("a", 1), headers=MEMBER)
         assert created.status_code == 201 and "dry_run" not in created.json()
+
+
+def test_dry_run_of_a_retry_lease_over_http_answers_its_place_in_the_queue(
+    live: LiveServer,
+) -> None:
+    with httpx.Client(base_url=live.url, timeout=30) as http:
+        assert http.post("/v1/os-hosts", json={"name": "c1"}).status_code == 201
+        taken = {**body("taken", 1), "start_date": "now"}
+        assert http.post("/v1/leases", json=taken).status_code == 201
+        retry = {**body("a", 1), "start_date": "now", "lease_type": "retry"}
+
+        answer = http.post("/v1/leases", json=retry, params={"dry_run": "true"}, headers=MEMBER)
+
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["dry_run"] is True
+        lease = answer.json()["lease"]
+        assert (lease["status"], lease["queue_position"]) == ("IN_PROGRESS", 1)
+        assert lease["status_reason"].startswith("not enough hosts")
+        assert http.get("/v1/leases", headers=MEMBER).json()["leases"] == []

@@ -216,6 +216,8 @@ def test_a_flexible_lease_over_http(live: LiveServer) -> None:
         }
         shown = http.get(f"/v1/leases/{answer['lease']['id']}", headers=MEMBER).json()["lease"]
         assert shown["start_date"] == wire_date(START + 3 * HOUR)
+        assert shown["requested_window"] == answer["requested_window"]
+        assert http.get("/v1/leases", headers=OTHER).json()["leases"][0]["requested_window"] is None
 
         # Nothing is free long enough before latest_end: a 409 with offers beyond it.
         late = {**window, "latest_end": fmt(START + 6 * HOUR), "duration": "PT3H"}

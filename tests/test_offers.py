@@ -10,6 +10,7 @@ one call, a member sees no other project's identities).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from typing import Any
@@ -19,7 +20,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from climate.api.parsing import lease_request
+from climate.api.parsing import lease_changes, lease_request, parse_date
+from climate.config import Settings
+from climate.db.engine import Database
+from climate.domain.clock import ManualClock
 from climate.errors import NotEnoughCapacity
 from climate.planner.availability import (
     CounterOffer,
@@ -28,11 +32,12 @@ from climate.planner.availability import (
     SearchRange,
     counter_offers,
 )
+from climate.runtime import build_context, build_workers
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseService
-from tests.conftest import ALICE, BOB, T0, LiveServer
-from tests.helpers import add_hosts, host_request
+from climate.services.leases import LeaseChanges, LeaseService, ReservationRequest
+from tests.conftest import ADMIN, ALICE, BOB, T0, LiveServer
+from tests.helpers import add_hosts, host_request, hosts_of
 from tests.test_availability import HOUR, MINUTE, PROPERTY_SETTINGS, World, queries, worlds
 from tests.test_availability import T0 as W0
 
@@ -262,6 +267,7 @@ def test_no_offer_when_nothing_matches(
 
 ALICE_HEADERS = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
 BOB_HEADERS = {"X-Project-Id": "project-b", "X-User-Id": "bob", "X-Roles": "member"}
+WIRE = "%Y-%m-%dT%H:%M:%S.%f"
 START = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(days=2)
 
 
@@ -321,3 +327,152 @@ def test_a_refused_lease_gets_blazars_error_with_reason_and_offers_and_one_call_
         lease = accepted.json()["lease"]
         assert lease["start_date"] == (START + 6 * HOURS).strftime("%Y-%m-%dT%H:%M:%S.%f")
         assert len(lease["reservations"][0]["allocations"]) == 1
+
+
+# -- refused updates -----------------------------------------------------------------------------
+
+
+def refused_update(leases: LeaseService, lease_id: str, changes: LeaseChanges) -> dict[str, Any]:
+    with pytest.raises(NotEnoughCapacity) as caught:
+        leases.update(ALICE, lease_id, changes)
+    assert caught.value.details is not None
+    details: dict[str, Any] = json.loads(json.dumps(caught.value.details))
+    return details
+
+
+def test_a_refused_extension_is_offered_updates_that_fit_without_its_own_hosts_in_the_way(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 3)
+    lease = leases.create(ALICE, host_request("alice", T0 + HOURS, T0 + 3 * HOURS, 2))
+    bob = leases.create(BOB, host_request("bob-secret", T0 + 4 * HOURS, T0 + 6 * HOURS, 2))
+    original = lease_changes({"start_date": "2030-01-01 13:00", "end_date": "2030-01-01 15:00"})
+
+    details = refused_update(leases, lease.id, LeaseChanges(end=T0 + 5 * HOURS))
+
+    [reason] = details["reason"]["reservations"]
+    assert (reason["rule"], reason["free"], reason["busy"]) == ("too_few_free", 1, 2)
+    assert details["reason"]["start_date"] == "2030-01-01T13:00:00.000000"
+    for secret in (bob.id, bob.name, bob.project_id):
+        assert secret not in json.dumps(details)
+    offers = {o["kind"]: o for o in details["offers"]}
+    assert offers["later_start"]["lease"] == {
+        "start_date": "2030-01-01T18:00:00.000000",
+        "end_date": "2030-01-01T22:00:00.000000",
+    }
+    assert offers["fewer_hosts"]["below_request"] is True
+    assert offers["fewer_hosts"]["lease"] == {
+        "end_date": "2030-01-01T17:00:00.000000",
+        "reservations": [{"id": lease.reservations[0].id, "min": 1, "max": 1}],
+    }
+    # Its own two hosts are free for it up to bob's start: counted busy, nothing would fit.
+    assert offers["shorter"]["lease"] == {"end_date": "2030-01-01T16:00:00.000000"}
+
+    for offer in details["offers"]:
+        changed = leases.update(ALICE, lease.id, lease_changes(offer["lease"]))
+        assert changed.end_date == parse_date("end_date", offer["lease"]["end_date"])
+        assert sum(len(r.allocations) for r in changed.reservations) >= 1
+        restored = leases.update(
+            ALICE,
+            lease.id,
+            dataclasses.replace(
+                original, reservations=[ReservationRequest(None, {"min": 2, "max": 2})]
+            ),
+        )
+        assert (restored.start_date, restored.end_date) == (T0 + HOURS, T0 + 3 * HOURS)
+
+
+def test_a_running_lease_is_offered_the_latest_end_its_own_hosts_allow(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1, rack="a", prefix="a")
+    add_hosts(hosts, 1, rack="b", prefix="b")
+    lease = leases.create(ALICE, host_request("alice", T0, T0 + HOURS))
+    build_workers(ctx).manager.run_due()
+    (mine,) = hosts_of(leases.get(ALICE, lease.id))
+    rack = {p.name: p.value for p in hosts.get(ADMIN, str(mine)).properties}["rack"]
+    # Bob needs exactly that host later on; the other one stays free all along.
+    leases.create(
+        BOB,
+        host_request("bob", T0 + 2 * HOURS, T0 + 3 * HOURS, 1, 1, f'["==", "$rack", "{rack}"]'),
+    )
+
+    details = refused_update(leases, lease.id, LeaseChanges(end=T0 + 4 * HOURS))
+
+    # A running lease keeps its host: the free one is no use to it, so the only offer is to
+    # stop where its own host is booked.
+    assert [o["kind"] for o in details["offers"]] == ["shorter"]
+    [offer] = details["offers"]
+    assert offer["lease"] == {"end_date": "2030-01-01T14:00:00.000000"}
+    extended = leases.update(ALICE, lease.id, lease_changes(offer["lease"]))
+    assert (extended.status, hosts_of(extended)) == ("ACTIVE", {mine})
+
+
+def test_a_refused_update_that_cannot_change_anything_gets_no_offer(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("alice", T0 + HOURS, T0 + 2 * HOURS))
+    leases.create(BOB, host_request("bob", T0 + 2 * HOURS, T0 + 40 * 24 * HOURS))
+
+    details = refused_update(leases, lease.id, LeaseChanges(end=T0 + 3 * HOURS))
+
+    # Extending by nothing is no offer; a later start is beyond offer_search_days.
+    assert details["offers"] == []
+    assert details["reason"]["reservations"][0]["rule"] == "too_few_free"
+
+
+def test_a_refused_update_over_http_gets_reason_and_offers_and_one_put_accepts(
+    live: LiveServer,
+) -> None:
+    with httpx.Client(base_url=live.url, timeout=30) as http:
+        for name in ("g1", "g2"):
+            assert http.post("/v1/os-hosts", json={"name": name, "gpu": "a100"}).status_code == 201
+        alice = http.post(
+            "/v1/leases",
+            json=lease_body("alice", START, START + 2 * HOURS, 1),
+            headers=ALICE_HEADERS,
+        ).json()["lease"]
+        bob = http.post(
+            "/v1/leases",
+            json=lease_body("bob-secret", START + 3 * HOURS, START + 5 * HOURS, 2),
+            headers=BOB_HEADERS,
+        ).json()["lease"]
+
+        response = http.put(
+            f"/v1/leases/{alice['id']}",
+            json={"end_date": fmt(START + 4 * HOURS)},
+            headers=ALICE_HEADERS,
+        )
+
+        assert response.status_code == 409
+        body = response.json()
+        assert body["error_name"] == "NOT_ENOUGH_RESOURCES_AVAILABLE"
+        for secret in (bob["id"], "bob-secret", "project-b"):
+            assert secret not in response.text
+        offers = {o["kind"]: o["lease"] for o in body["offers"]}
+        assert offers["shorter"] == {"end_date": (START + 3 * HOURS).strftime(WIRE)}
+        assert offers["later_start"]["start_date"] == (START + 5 * HOURS).strftime(WIRE)
+
+        accepted = http.put(
+            f"/v1/leases/{alice['id']}", json=offers["shorter"], headers=ALICE_HEADERS
+        )
+
+        assert accepted.status_code == 200, accepted.text
+        assert accepted.json()["lease"]["end_date"] == (START + 3 * HOURS).strftime(WIRE)
+
+
+def test_offers_for_an_update_leave_the_calendar_in_step_with_other_processes(
+    settings: Settings, db: Database, clock: ManualClock, hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("alice", T0 + HOURS, T0 + 2 * HOURS))
+    leases.create(BOB, host_request("bob", T0 + 2 * HOURS, T0 + 40 * 24 * HOURS))
+    moved = LeaseChanges(start=T0 + 2 * HOURS, end=T0 + 3 * HOURS)
+    assert refused_update(leases, lease.id, moved)["offers"] == []  # searched, nothing tried
+    # Another process (its own calendars) admits next; this one must still see that.
+    other = LeaseService(build_context(settings, db, clock))
+    other.create(BOB, host_request("carol", T0, T0 + HOURS / 2))
+
+    with pytest.raises(NotEnoughCapacity):
+        leases.create(ALICE, host_request("late", T0, T0 + HOURS / 2))

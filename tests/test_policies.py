@@ -324,6 +324,27 @@ def test_a_deleted_lease_releases_what_keep_until_ack_would_keep(
     assert states(live, lease["id"])[reservation["id"]] == ("auto", "release", "released")
 
 
+def test_deleting_an_ended_lease_discards_what_keep_until_ack_kept(
+    http: httpx.Client, live: LiveServer
+) -> None:
+    keep = instance(end_policy="keep-until-ack")
+    lease = create(http, body("kept", keep, keep, instance()))
+    acked, kept, released = (r["id"] for r in lease["reservations"])
+    status_becomes(http, lease["id"], "ACTIVE")
+    end_now(http, lease["id"])
+    act(http, "acknowledge", lease["id"], acked)
+    assert [s[2] for s in states(live, lease["id"]).values()] == ["released", "kept", "released"]
+
+    http.delete(f"/v1/leases/{lease['id']}", headers=ALICE).raise_for_status()
+
+    # Deleting is the acknowledgement: the backend discards what was still kept, audited as
+    # acknowledging it; what was acknowledged already is not discarded again.
+    assert states(live, lease["id"])[kept] == ("auto", "keep-until-ack", "released")
+    assert audited(live, "reservation.acknowledge") == [acked, kept]
+    assert audited(live, "lease.delete") == [lease["id"]]
+    assert http.get(f"/v1/leases/{lease['id']}").status_code == 404
+
+
 def test_whole_hosts_and_volumes_offer_their_own_end_policies(http: httpx.Client) -> None:
     http.post("/v1/volume-pools", json={"name": "ssd", "capacity_gb": 100}).raise_for_status()
     volume = {"resource_type": "virtual:volume", "size_gb": 10}
@@ -415,6 +436,51 @@ def test_a_failing_backend_leaves_a_manual_reservation_held(
     working.start(ALICE_ACTOR, manual_lease, reservation.id)
     with pytest.raises(Conflict, match="was started already"):
         working.start(ALICE_ACTOR, manual_lease, reservation.id)
+
+
+class Unforgetting(StandaloneBackend):
+    """The standalone backend whose cloud refuses to discard what it kept."""
+
+    def acknowledge_remote(self, handover: Handover) -> None:
+        raise RuntimeError("cloud said no")
+
+
+def test_a_failing_backend_leaves_an_ended_lease_undeleted_with_its_workload_kept(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    hosts.create(ADMIN, "sized", dict(SIZE))
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 1024, "disk_gb": 10}
+    request = LeaseRequest(
+        name="k",
+        start=T0,
+        end=T0 + HOUR,
+        reservations=[
+            ReservationRequest("virtual:instance", {**fields, "end_policy": "keep-until-ack"})
+        ],
+    )
+    lease = leases.create(ALICE_ACTOR, request)
+    manager = Manager(ctx, StandaloneBackend())
+    manager.run_due()
+    clock.set(T0 + HOUR)
+    manager.run_due()
+    assert leases.get(ALICE_ACTOR, lease.id).status == "TERMINATED"
+
+    deletion = select(AuditLog.action).where(
+        AuditLog.action.in_(["lease.delete", "reservation.acknowledge"])
+    )
+    failing = ReservationActionService(ctx, Unforgetting())
+    with pytest.raises(BackendError, match="failed to acknowledge: .*cloud said no"):
+        failing.delete_lease(ALICE_ACTOR, lease.id)
+
+    (reservation,) = leases.get(ALICE_ACTOR, lease.id).reservations
+    assert "acknowledged_at" not in reservation.params
+    with ctx.db.reader() as session:
+        assert set(session.scalars(select(Assignment.state))) == {"kept"}
+        assert list(session.scalars(deletion)) == []
+    ReservationActionService(ctx, StandaloneBackend()).delete_lease(ALICE_ACTOR, lease.id)
+    with ctx.db.reader() as session:
+        assert set(session.scalars(select(Assignment.state))) == {"released"}
+        assert sorted(session.scalars(deletion)) == ["lease.delete", "reservation.acknowledge"]
 
 
 def test_the_actions_follow_their_policy_rules(

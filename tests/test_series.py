@@ -475,6 +475,22 @@ def test_series_commands(live_sqlite: LiveServer) -> None:
     assert json.loads(run("lease", "list", *as_a, "--json").stdout) == []
 
 
+def test_series_create_takes_a_reservation_of_any_type(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    run("device", "create", "fpga-0", *url)
+    as_a = (*url, "--project", "project-a")
+    start = tomorrow()
+    every_day = ("--start", iso(start), "--duration", "PT1H", "--rrule", "FREQ=DAILY;COUNT=2")
+    fpga = ("--reservation", "resource_type=device,min=1,max=1")
+    made = run_json("series", "create", "fpga", *every_day, *fpga, *as_a)["series"]
+    assert [r["resource_type"] for r in made["reservations"]] == ["device"]
+    assert len(made["occurrences"]) == 2
+    lease = run_json("lease", "show", made["occurrences"][0]["lease_id"], *as_a)
+    assert [r["resource_type"] for r in lease["reservations"]] == ["device"]
+    both = run("series", "create", "both", *every_day, *fpga, "--min", "2", *as_a, ok=False)
+    assert "--reservation replaces" in both.stderr and "Traceback" not in both.stderr
+
+
 def call_series_operations(call: Any) -> None:
     """Every /v1/lease-series operation once, for tests/test_openapi.py."""
     member = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}

@@ -31,8 +31,8 @@ from climate.resources.instances import enforcement
 from climate.resources.items import Kind
 
 if TYPE_CHECKING:
-    from climate.services.leases import LeaseRequest
-    from climate.services.offers import Offer, Refusal
+    from climate.services.leases import LeaseChanges, LeaseRequest
+    from climate.services.offers import Offer, Refusal, UpdateOffer
     from climate.services.series import Skipped
 
 LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
@@ -80,6 +80,18 @@ def lease(row: Lease, queue_position: int | None = None) -> dict[str, Any]:
         "reminders": [duration(o) for o in reminder_offsets(row)],
         "series_id": row.series_id,
         "occurrence": _optional_date(row.occurrence),
+        "requested_window": _requested_window(row),
+    }
+
+
+def _requested_window(row: Lease) -> dict[str, Any] | None:
+    """The flexible window a lease was placed in; None for a lease asked with fixed dates."""
+    if row.requested_latest_end is None or row.requested_earliest_start is None:
+        return None
+    return {
+        "earliest_start": lease_date(row.requested_earliest_start),
+        "latest_end": lease_date(row.requested_latest_end),
+        "duration": row.requested_duration_seconds,
     }
 
 
@@ -297,6 +309,50 @@ def refusal(
 ) -> dict[str, Any]:
     """The ``reason`` and ``offers`` added to a refused lease's error body (docs/admission.md):
     counts and times only, never another lease, project or resource identity."""
+    return {
+        "reason": reason(found, [r.resource_type for r in request.reservations]),
+        "offers": [offer(o, found, request, params) for o in found.offers],
+    }
+
+
+def update_refusal(
+    found: Refusal, resource_types: Sequence[str | None], made: Sequence[UpdateOffer]
+) -> dict[str, Any]:
+    """The ``reason`` and ``offers`` added to a refused update's error body: each offer's
+    ``lease`` is a body for ``PUT /v1/leases/{id}``."""
+    return {
+        "reason": reason(found, resource_types),
+        "offers": [
+            {"kind": m.kind, "below_request": m.below_request, "lease": changes_body(m.changes)}
+            for m in made
+        ],
+    }
+
+
+def changes_body(changes: LeaseChanges) -> dict[str, Any]:
+    """A lease update as ``PUT /v1/leases/{id}`` takes it: only the fields it changes."""
+    body: dict[str, Any] = {}
+    if changes.name is not None:
+        body["name"] = changes.name
+    if changes.start_now:
+        body["start_date"] = "now"
+    elif changes.start is not None:
+        body["start_date"] = lease_date(changes.start)
+    if changes.end is not None:
+        body["end_date"] = lease_date(changes.end)
+    if changes.before_end is not None:
+        body["before_end_date"] = lease_date(changes.before_end)
+    if changes.before_end_offset is not None:
+        body["before_end_offset"] = duration(changes.before_end_offset)
+    if changes.reminders is not None:
+        body["reminders"] = [duration(o) for o in changes.reminders]
+    if changes.reservations:
+        body["reservations"] = [{"id": r.id, **r.fields} for r in changes.reservations]
+    return body
+
+
+def reason(found: Refusal, resource_types: Sequence[str | None]) -> dict[str, Any]:
+    """Why a lease's reservations (of ``resource_types``, in order) do not fit its window."""
     reasons: list[dict[str, Any]] = [
         {"index": i, "resource_type": kind, "rule": "unexplained"} for i, kind in found.unexplained
     ]
@@ -308,7 +364,7 @@ def refusal(
         reasons.append(
             {
                 "index": s.index,
-                "resource_type": request.reservations[s.index].resource_type,
+                "resource_type": resource_types[s.index],
                 "rule": s.rule,
                 "min": s.min,
                 "max": s.max,
@@ -324,12 +380,9 @@ def refusal(
             }
         )
     return {
-        "reason": {
-            "start_date": lease_date(found.start),
-            "end_date": lease_date(found.end),
-            "reservations": sorted(reasons, key=lambda r: int(r["index"])),
-        },
-        "offers": [offer(o, found, request, params) for o in found.offers],
+        "start_date": lease_date(found.start),
+        "end_date": lease_date(found.end),
+        "reservations": sorted(reasons, key=lambda r: int(r["index"])),
     }
 
 
@@ -365,15 +418,6 @@ def _counts(params: Mapping[str, Any], low: int, high: int) -> dict[str, int]:
     if "min" in params:
         return {"min": low, "max": high}
     return {"amount": high} if "amount" in params else {}
-
-
-def requested_window(request: LeaseRequest) -> dict[str, Any]:
-    """A flexible lease's request, beside the lease that was placed in it."""
-    return {
-        "earliest_start": "now" if request.start is None else lease_date(request.start),
-        "latest_end": lease_date(request.end),
-        "duration": None if request.duration is None else int(request.duration.total_seconds()),
-    }
 
 
 def _utc(seconds: float) -> dt.datetime:

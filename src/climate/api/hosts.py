@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
@@ -16,19 +18,39 @@ from climate.services.hosts import HostAllocations
 router = APIRouter(prefix="/v1/os-hosts", tags=["hosts"])
 
 
-def _allocation(found: HostAllocations) -> dict[str, object]:
+class Allocated(Protocol):
+    """A row of an allocation endpoint: one reservation's use of one resource."""
+
+    @property
+    def reservation_id(self) -> str: ...
+    @property
+    def lease_id(self) -> str: ...
+    @property
+    def start(self) -> dt.datetime: ...
+    @property
+    def end(self) -> dt.datetime: ...
+
+
+def allocation(resource_id: int, rows: Iterable[Allocated], *extra: str) -> dict[str, object]:
+    """One resource's allocations as Blazar shows them; each reservation also shows the
+    ``extra`` fields of its row (a volume's ``size_gb``, an instance ``count``)."""
     return {
-        "resource_id": str(found.host_id),
+        "resource_id": str(resource_id),
         "reservations": [
             {
                 "id": row.reservation_id,
                 "lease_id": row.lease_id,
                 "start_date": wire.lease_date(row.start),
                 "end_date": wire.lease_date(row.end),
+                **{name: getattr(row, name) for name in extra},
             }
-            for row in found.reservations
+            for row in rows
         ],
     }
+
+
+def _allocation(found: HostAllocations) -> dict[str, object]:
+    return allocation(found.host_id, found.reservations)
 
 
 @router.get("")

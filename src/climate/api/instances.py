@@ -6,8 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from climate.api.deps import ActorDep, PageDep, ServicesDep
-from climate.api.hosts import FiltersDep
-from climate.api.items import _reservation
+from climate.api.hosts import FiltersDep, allocation
 from climate.services.instances import HostInstances
 
 router = APIRouter(prefix="/v1/instances", tags=["instances"])
@@ -33,10 +32,4 @@ def show_allocation(
 
 
 def _allocation(found: HostInstances) -> dict[str, object]:
-    return {
-        "resource_id": str(found.host_id),
-        "reservations": [
-            _reservation(r.reservation_id, r.lease_id, r.start, r.end, count=r.count)
-            for r in found.reservations
-        ],
-    }
+    return allocation(found.host_id, found.reservations, "count")

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
-from climate.api.hosts import FiltersDep
+from climate.api.hosts import FiltersDep, allocation
 from climate.api.parsing import json_object
 from climate.resources.items import DEVICES, FLOATING_IPS, NETWORKS, Kind
 from climate.services.items import ItemAllocations
@@ -21,35 +21,12 @@ PATHS = {DEVICES.kind: "devices", NETWORKS.kind: "networks", FLOATING_IPS.kind: 
 """Each kind's path under /v1, which is also its list's key; the singular is its object's."""
 
 
-def _reservation(
-    reservation_id: str, lease_id: str, start: Any, end: Any, **extra: object
-) -> dict[str, object]:
-    return {
-        "id": reservation_id,
-        "lease_id": lease_id,
-        "start_date": wire.lease_date(start),
-        "end_date": wire.lease_date(end),
-        **extra,
-    }
-
-
 def _item_allocation(found: ItemAllocations) -> dict[str, object]:
-    return {
-        "resource_id": str(found.item_id),
-        "reservations": [
-            _reservation(r.reservation_id, r.lease_id, r.start, r.end) for r in found.reservations
-        ],
-    }
+    return allocation(found.item_id, found.reservations)
 
 
 def _pool_allocation(found: PoolAllocations) -> dict[str, object]:
-    return {
-        "resource_id": str(found.pool_id),
-        "reservations": [
-            _reservation(r.reservation_id, r.lease_id, r.start, r.end, size_gb=r.size_gb)
-            for r in found.reservations
-        ],
-    }
+    return allocation(found.pool_id, found.reservations, "size_gb")
 
 
 def item_router(kind: Kind) -> APIRouter:

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, lease_changes, lease_request
+from climate.api.reservations import ActionsDep
 from climate.db.tables import Lease
 from climate.domain.status import LeaseStatus
 from climate.services.leases import LeaseService
@@ -45,13 +46,18 @@ def _shown(service: LeaseService, leases: Sequence[Lease]) -> list[dict[str, Any
 def create_lease(
     services: ServicesDep, actor: ActorDep, body: BodyDep, dry_run: str | None = None
 ) -> JSONResponse:
-    """201 with the lease; a dry run (``?dry_run=true``) 200 with the lease it would be. A
-    flexible window's request comes back as ``requested_window``."""
+    """201 with the lease; a dry run (``?dry_run=true``) 200 with the lease it would be (a
+    waiting one with the queue position it would take). A flexible window's request comes back
+    as ``requested_window`` (as the lease also shows it)."""
     request = lease_request(json_object(body), dry_run)
-    lease = services.leases.create(actor, request)
-    answer: dict[str, Any] = {"lease": wire.lease(lease)}
+    if request.dry_run:
+        trial = services.leases.dry_run(actor, request)
+        lease, position = trial.lease, trial.queue_position
+    else:
+        lease, position = services.leases.create(actor, request), None
+    answer: dict[str, Any] = {"lease": wire.lease(lease, position)}
     if request.duration is not None:
-        answer["requested_window"] = wire.requested_window(request)
+        answer["requested_window"] = answer["lease"]["requested_window"]
     if request.dry_run:
         answer["dry_run"] = True
         return JSONResponse(answer)
@@ -73,8 +79,9 @@ def update_lease(
 
 
 @router.delete("/{lease_id}", status_code=204)
-def delete_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> Response:
-    services.leases.delete(actor, lease_id)
+def delete_lease(actions: ActionsDep, actor: ActorDep, lease_id: str) -> Response:
+    """Delete the lease; what its ended keep-until-ack reservations kept is discarded first."""
+    actions.delete_lease(actor, lease_id)
     return Response(status_code=204)
 
 

@@ -387,7 +387,8 @@ _ADMISSION_SCHEMAS: dict[str, JsonSchema] = {
             "below_request": {"type": "boolean"},
             "lease": {
                 "type": "object",
-                "description": "a complete LeaseCreate body: POST it to /v1/leases to accept",
+                "description": "a complete LeaseCreate body: POST it to /v1/leases to accept; "
+                "for a refused update, a LeaseUpdate body: PUT it to the same lease",
             },
         }
     ),
@@ -411,8 +412,8 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
                 "conflicts": {"type": "array", "items": _ref("SkippedOccurrence")},
             },
-            description="Blazar's error body; a refused lease (409 NOT_ENOUGH_RESOURCES_AVAILABLE) "
-            "adds reason and offers (docs/admission.md)",
+            description="Blazar's error body; a refused lease or lease update "
+            "(409 NOT_ENOUGH_RESOURCES_AVAILABLE) adds reason and offers (docs/admission.md)",
         ),
         "required": ["error_code", "error_message", "error_name"],
     },
@@ -544,6 +545,10 @@ SCHEMAS: dict[str, JsonSchema] = {
             "occurrence": {
                 **_nullable(LEASE_DATE_STRING),
                 "description": "its series' instant (kept when the lease moves)",
+            },
+            "requested_window": {
+                "anyOf": [_ref("RequestedWindow"), {"type": "null"}],
+                "description": "the flexible window it was placed in; null for fixed dates",
             },
         }
     ),

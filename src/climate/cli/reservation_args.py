@@ -1,5 +1,6 @@
 """``--reservation key=value,...`` and the hosts of ``--min``/``--max``/``--properties``: the
-reservations of ``lease create`` and ``availability search`` as request bodies, and back."""
+reservations of ``lease create``, ``series create`` and ``availability search`` as request
+bodies, and back."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from climate.cli.client import ApiClient, add_client_options, show
 from climate.cli.output import record, render_json, table
+from climate.cli.reservation_args import add_reservation_options, requested_reservations
 
 OCCURRENCE_COLUMNS = ["occurrence", "lease_id", "status", "start_date", "end_date"]
 
@@ -27,22 +28,13 @@ def series_command(args: argparse.Namespace) -> None:
 
 
 def _body(args: argparse.Namespace) -> dict[str, Any]:
-    minimum = 1 if args.min is None else args.min
     body: dict[str, Any] = {
         "name": args.name,
         "start_date": args.start,
         "rrule": args.rrule,
         "exdates": args.exdate,
         "conflicts": args.conflicts,
-        "reservations": [
-            {
-                "resource_type": "physical:host",
-                "min": minimum,
-                "max": args.max if args.max is not None else minimum,
-                "hypervisor_properties": "",
-                "resource_properties": args.properties or "",
-            }
-        ],
+        "reservations": requested_reservations(args),
         "events": [],
     }
     if (args.end is None) == (args.duration is None):
@@ -81,7 +73,7 @@ def register(sub: Any) -> None:
         p = actions.add_parser(action)
         p.add_argument("series", help="series id")
         add_client_options(p)
-    p = actions.add_parser("create", help="a lease of hosts per occurrence of a rule")
+    p = actions.add_parser("create", help="a lease per occurrence of a rule")
     p.add_argument("name")
     p.add_argument("--start", required=True, help="the first occurrence's start (UTC)")
     p.add_argument("--end", help="the first occurrence's end (or --duration)")
@@ -98,9 +90,7 @@ def register(sub: Any) -> None:
         default="reject",
         help="reject: all or nothing (default); skip: create those that fit",
     )
-    p.add_argument("--min", type=int, help="hosts wanted at least (default 1)")
-    p.add_argument("--max", type=int, help="hosts wanted at most (default: min)")
-    p.add_argument("--properties", help="resource_properties query")
+    add_reservation_options(p)
     p.add_argument(
         "--reminder", action="append", default=[], help="a reminder before each end, e.g. PT1H"
     )

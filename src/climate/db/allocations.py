@@ -1,15 +1,29 @@
-"""What every allocation table shares: the filters of the allocation endpoints."""
+"""What every allocation table shares: the filters of the allocation endpoints, the leases
+holding a resource, deleting a resource with its allocations, and the log of allocation changes
+that in-memory calendars catch up from."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, TypeVarTuple
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVarTuple
 
-from sqlalchemy import Select
+from sqlalchemy import Select, delete, insert, select, update
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from climate.db.tables import Lease
+from climate.db.tables import AllocationChange, Lease, Lock, new_id, table_of
 
 _Row = TypeVarTuple("_Row")
+CALENDAR_PRUNED = "calendar_pruned"
+KEEP_CHANGES = 10_000
+"""Versions of allocation changes kept; a process further behind reloads its calendar whole."""
+
+
+class Resource(Protocol):
+    """An inventory row: a host, an item, a volume pool."""
+
+    @property
+    def id(self) -> int: ...
 
 
 def narrowed(
@@ -36,3 +50,107 @@ def narrowed(
     if end is not None:
         query = query.where(model.start_date < end)
     return query
+
+
+def leases_holding(
+    session: Session, resource: InstrumentedAttribute[int], resource_id: int, since: dt.datetime
+) -> list[str]:
+    """Ids of the leases with an allocation of ``resource_id`` that ends after ``since``;
+    ``resource`` is the allocation table's column naming the resource (``HostAllocation.host_id``).
+    """
+    model = resource.class_
+    rows = session.execute(
+        select(model.lease_id)
+        .where(resource == resource_id, model.end_date > since)
+        .distinct()
+        .order_by(model.lease_id)
+    )
+    return [r[0] for r in rows]
+
+
+def remove(
+    session: Session, row: Resource, resource: InstrumentedAttribute[int], version: int
+) -> None:
+    """Delete ``row`` with its (past) allocations, the rows whose ``resource`` column names it,
+    logging the reservations that held it at admission ``version`` for in-memory calendars."""
+    model = resource.class_
+    owners = session.scalars(
+        select(model.reservation_id).where(resource == row.id).distinct()
+    ).all()
+    session.execute(delete(model).where(resource == row.id))
+    if owners:
+        record_changes(session, version, owners)
+    session.delete(row)
+    session.flush()
+
+
+def replace(
+    session: Session,
+    resource: InstrumentedAttribute[int],
+    reservation_id: str,
+    lease_id: str,
+    resource_ids: Iterable[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    fresh: bool = False,
+) -> list[Any]:
+    """Give the reservation exactly ``resource_ids`` (values of the allocation table's
+    ``resource`` column) over [start, end) (``fresh``: it holds none yet); returns the new rows
+    as objects outside the session (Core statements: no flush, no reload)."""
+    model: Any = resource.class_
+    table = table_of(model)
+    if not fresh:
+        session.execute(delete(table).where(table.c.reservation_id == reservation_id))
+    rows = [
+        {
+            "id": new_id(),
+            "reservation_id": reservation_id,
+            "lease_id": lease_id,
+            resource.key: resource_id,
+            "start_date": start,
+            "end_date": end,
+        }
+        for resource_id in sorted(resource_ids)
+    ]
+    if rows:
+        session.execute(insert(table), rows)
+    return [model(**row) for row in rows]
+
+
+def truncate(session: Session, model: Any, reservation_id: str, at: dt.datetime) -> None:
+    """End the reservation's allocations in ``model``'s table at ``at`` (drop those that had
+    not begun)."""
+    session.execute(
+        delete(model).where(model.reservation_id == reservation_id, model.start_date >= at)
+    )
+    for allocation in session.scalars(
+        select(model).where(model.reservation_id == reservation_id, model.end_date > at)
+    ):
+        allocation.end_date = at
+    session.flush()
+
+
+def record_changes(session: Session, version: int, reservation_ids: Iterable[str]) -> None:
+    """Log that these reservations' allocations changed at admission ``version``; now and then
+    forget old entries (a process that far behind reloads everything)."""
+    session.execute(
+        insert(table_of(AllocationChange)),
+        [{"version": version, "reservation_id": rid} for rid in reservation_ids],
+    )
+    if version % 1000 == 0 and version > KEEP_CHANGES:
+        horizon = version - KEEP_CHANGES
+        session.execute(delete(AllocationChange).where(AllocationChange.version <= horizon))
+        session.execute(update(Lock).where(Lock.name == CALENDAR_PRUNED).values(version=horizon))
+
+
+def changes_since(session: Session, version: int) -> set[str] | None:
+    """Reservations whose allocations changed after ``version``; None if the log no longer
+    reaches back that far."""
+    pruned = session.scalar(select(Lock.version).where(Lock.name == CALENDAR_PRUNED)) or 0
+    if version < pruned:
+        return None
+    rows = session.execute(
+        select(AllocationChange.reservation_id).where(AllocationChange.version > version)
+    )
+    return {row[0] for row in rows}

@@ -6,21 +6,20 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
 from climate.db.engine import INVENTORY_VERSION
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
-    AllocationChange,
     Host,
     HostAllocation,
     HostProperty,
     Lease,
     Lock,
     ResourceProperty,
-    new_id,
     table_of,
 )
 
@@ -81,25 +80,12 @@ def set_properties(session: Session, host: Host, changes: dict[str, str | None])
 
 def remove(session: Session, host: Host, version: int) -> None:
     """Delete ``host`` with its (past) allocations, logging them for in-memory calendars."""
-    owners = session.scalars(
-        select(HostAllocation.reservation_id).where(HostAllocation.host_id == host.id).distinct()
-    ).all()
-    session.execute(delete(HostAllocation).where(HostAllocation.host_id == host.id))
-    if owners:
-        record_changes(session, version, owners)
-    session.delete(host)
-    session.flush()
+    allocation_rows.remove(session, host, HostAllocation.host_id, version)
 
 
 def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[str]:
     """Ids of the leases with an allocation of ``host_id`` that ends after ``since``."""
-    rows = session.execute(
-        select(HostAllocation.lease_id)
-        .where(HostAllocation.host_id == host_id, HostAllocation.end_date > since)
-        .distinct()
-        .order_by(HostAllocation.lease_id)
-    )
-    return [r[0] for r in rows]
+    return allocation_rows.leases_holding(session, HostAllocation.host_id, host_id, since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +135,6 @@ def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRec
     return list(records.values())
 
 
-_ALLOCATIONS = table_of(HostAllocation)
-_DROP_ALLOCATIONS = delete(_ALLOCATIONS).where(
-    _ALLOCATIONS.c.reservation_id == bindparam("reservation_id")
-)
-_ADD_ALLOCATIONS = insert(_ALLOCATIONS)
-
-
 def replace_allocations(
     session: Session,
     reservation_id: str,
@@ -167,40 +146,15 @@ def replace_allocations(
     fresh: bool = False,
 ) -> list[HostAllocation]:
     """Give the reservation exactly ``host_ids`` over [start, end) (``fresh``: it holds none
-    yet); returns the new rows as objects outside the session (Core statements: no flush, no
-    reload)."""
-    if not fresh:
-        session.execute(_DROP_ALLOCATIONS, {"reservation_id": reservation_id})
-    rows = [
-        {
-            "id": new_id(),
-            "reservation_id": reservation_id,
-            "lease_id": lease_id,
-            "host_id": host_id,
-            "start_date": start,
-            "end_date": end,
-        }
-        for host_id in sorted(host_ids)
-    ]
-    if rows:
-        session.execute(_ADD_ALLOCATIONS, rows)
-    return [HostAllocation(**row) for row in rows]
+    yet); returns the new rows as objects outside the session."""
+    return allocation_rows.replace(
+        session, HostAllocation.host_id, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+    )
 
 
 def truncate_allocations(session: Session, reservation_id: str, at: dt.datetime) -> None:
     """End the reservation's allocations at ``at`` (drop those that had not begun)."""
-    session.execute(
-        delete(HostAllocation).where(
-            HostAllocation.reservation_id == reservation_id, HostAllocation.start_date >= at
-        )
-    )
-    for allocation in session.scalars(
-        select(HostAllocation).where(
-            HostAllocation.reservation_id == reservation_id, HostAllocation.end_date > at
-        )
-    ):
-        allocation.end_date = at
-    session.flush()
+    allocation_rows.truncate(session, HostAllocation, reservation_id, at)
 
 
 @dataclass(frozen=True)
@@ -284,11 +238,6 @@ def upsert_property_setting(
     return setting
 
 
-CALENDAR_PRUNED = "calendar_pruned"
-KEEP_CHANGES = 10_000
-"""Versions of allocation changes kept; a process further behind reloads its calendar whole."""
-
-
 @dataclass(frozen=True, slots=True)
 class SpanRow:
     host_id: int
@@ -297,51 +246,20 @@ class SpanRow:
     reservation_id: str
 
 
+_SPAN_COLUMNS = (
+    HostAllocation.host_id,
+    HostAllocation.start_date,
+    HostAllocation.end_date,
+    HostAllocation.reservation_id,
+)
+
+
 def spans_since(session: Session, since: dt.datetime) -> list[SpanRow]:
     """Every allocation ending after ``since``: what an in-memory calendar starts from."""
-    rows = session.execute(
-        select(
-            HostAllocation.host_id,
-            HostAllocation.start_date,
-            HostAllocation.end_date,
-            HostAllocation.reservation_id,
-        ).where(HostAllocation.end_date > since)
-    )
+    rows = session.execute(select(*_SPAN_COLUMNS).where(HostAllocation.end_date > since))
     return [SpanRow(*row) for row in rows]
 
 
 def spans_of(session: Session, reservation_ids: Collection[str]) -> list[SpanRow]:
-    rows = session.execute(
-        select(
-            HostAllocation.host_id,
-            HostAllocation.start_date,
-            HostAllocation.end_date,
-            HostAllocation.reservation_id,
-        ).where(HostAllocation.reservation_id.in_(list(reservation_ids)))
-    )
-    return [SpanRow(*row) for row in rows]
-
-
-def record_changes(session: Session, version: int, reservation_ids: Iterable[str]) -> None:
-    """Log that these reservations' allocations changed at admission ``version``; now and then
-    forget old entries (a process that far behind reloads everything)."""
-    session.execute(
-        insert(table_of(AllocationChange)),
-        [{"version": version, "reservation_id": rid} for rid in reservation_ids],
-    )
-    if version % 1000 == 0 and version > KEEP_CHANGES:
-        horizon = version - KEEP_CHANGES
-        session.execute(delete(AllocationChange).where(AllocationChange.version <= horizon))
-        session.execute(update(Lock).where(Lock.name == CALENDAR_PRUNED).values(version=horizon))
-
-
-def changes_since(session: Session, version: int) -> set[str] | None:
-    """Reservations whose allocations changed after ``version``; None if the log no longer
-    reaches back that far."""
-    pruned = session.scalar(select(Lock.version).where(Lock.name == CALENDAR_PRUNED)) or 0
-    if version < pruned:
-        return None
-    rows = session.execute(
-        select(AllocationChange.reservation_id).where(AllocationChange.version > version)
-    )
-    return {row[0] for row in rows}
+    query = select(*_SPAN_COLUMNS).where(HostAllocation.reservation_id.in_(list(reservation_ids)))
+    return [SpanRow(*row) for row in session.execute(query)]

@@ -10,6 +10,7 @@ from typing import Any, TypeVarTuple
 from sqlalchemy import Select, delete, insert, select
 from sqlalchemy.orm import Session
 
+from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
 from climate.db.hosts import SpanRow
 from climate.db.tables import HostAllocation, InstanceAllocation, Lease, new_id, table_of
@@ -130,20 +131,7 @@ def replace(
 
 def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:
     """End the reservation's allocations at ``at`` (drop those that had not begun)."""
-    session.execute(
-        delete(InstanceAllocation).where(
-            InstanceAllocation.reservation_id == reservation_id,
-            InstanceAllocation.start_date >= at,
-        )
-    )
-    for allocation in session.scalars(
-        select(InstanceAllocation).where(
-            InstanceAllocation.reservation_id == reservation_id,
-            InstanceAllocation.end_date > at,
-        )
-    ):
-        allocation.end_date = at
-    session.flush()
+    allocation_rows.truncate(session, InstanceAllocation, reservation_id, at)
 
 
 def usage_spans(
@@ -170,13 +158,7 @@ def usage_spans(
 
 
 def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[str]:
-    rows = session.execute(
-        select(InstanceAllocation.lease_id)
-        .where(InstanceAllocation.host_id == host_id, InstanceAllocation.end_date > since)
-        .distinct()
-        .order_by(InstanceAllocation.lease_id)
-    )
-    return [r[0] for r in rows]
+    return allocation_rows.leases_holding(session, InstanceAllocation.host_id, host_id, since)
 
 
 def remove_for_host(session: Session, host_id: int) -> None:

@@ -7,13 +7,14 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, delete, insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
-from climate.db.hosts import AllocationRow, SpanRow, record_changes
+from climate.db.hosts import AllocationRow, SpanRow
 from climate.db.leases import after_marker, keyset_order
-from climate.db.tables import Item, ItemAllocation, ItemProperty, Lease, new_id, table_of
+from climate.db.tables import Item, ItemAllocation, ItemProperty, Lease
 
 SORT_KEYS = ("id", "name", "created_at")
 
@@ -87,25 +88,12 @@ def update(session: Session, item: Item, properties: dict[str, str | None]) -> N
 
 def remove(session: Session, item: Item, version: int) -> None:
     """Delete ``item`` with its (past) allocations, logging them for in-memory calendars."""
-    owners = session.scalars(
-        select(ItemAllocation.reservation_id).where(ItemAllocation.item_id == item.id).distinct()
-    ).all()
-    session.execute(delete(ItemAllocation).where(ItemAllocation.item_id == item.id))
-    if owners:
-        record_changes(session, version, owners)
-    session.delete(item)
-    session.flush()
+    allocation_rows.remove(session, item, ItemAllocation.item_id, version)
 
 
 def leases_holding(session: Session, item_id: int, since: dt.datetime) -> list[str]:
     """Ids of the live leases with an allocation of ``item_id`` that ends after ``since``."""
-    rows = session.execute(
-        select(ItemAllocation.lease_id)
-        .where(ItemAllocation.item_id == item_id, ItemAllocation.end_date > since)
-        .distinct()
-        .order_by(ItemAllocation.lease_id)
-    )
-    return [r[0] for r in rows]
+    return allocation_rows.leases_holding(session, ItemAllocation.item_id, item_id, since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +124,6 @@ def reservable_records(session: Session, kind: str) -> list[ItemRecord]:
     return list(records.values())
 
 
-_ALLOCATIONS = table_of(ItemAllocation)
-_DROP_ALLOCATIONS = delete(_ALLOCATIONS).where(
-    _ALLOCATIONS.c.reservation_id == bindparam("reservation_id")
-)
 _SPAN_COLUMNS = (
     ItemAllocation.item_id,
     ItemAllocation.start_date,
@@ -185,37 +169,20 @@ class ItemAllocations:
     ) -> list[ItemAllocation]:
         """Give the reservation exactly ``item_ids`` over [start, end) (``fresh``: it holds
         none yet); returns the new rows as objects outside the session."""
-        if not fresh:
-            session.execute(_DROP_ALLOCATIONS, {"reservation_id": reservation_id})
-        rows = [
-            {
-                "id": new_id(),
-                "reservation_id": reservation_id,
-                "lease_id": lease_id,
-                "item_id": item_id,
-                "start_date": start,
-                "end_date": end,
-            }
-            for item_id in sorted(item_ids)
-        ]
-        if rows:
-            session.execute(insert(_ALLOCATIONS), rows)
-        return [ItemAllocation(**row) for row in rows]
+        return allocation_rows.replace(
+            session,
+            ItemAllocation.item_id,
+            reservation_id,
+            lease_id,
+            item_ids,
+            start,
+            end,
+            fresh=fresh,
+        )
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
         """End the reservation's allocations at ``at`` (drop those that had not begun)."""
-        session.execute(
-            delete(ItemAllocation).where(
-                ItemAllocation.reservation_id == reservation_id, ItemAllocation.start_date >= at
-            )
-        )
-        for allocation in session.scalars(
-            select(ItemAllocation).where(
-                ItemAllocation.reservation_id == reservation_id, ItemAllocation.end_date > at
-            )
-        ):
-            allocation.end_date = at
-        session.flush()
+        allocation_rows.truncate(session, ItemAllocation, reservation_id, at)
 
 
 def allocations(

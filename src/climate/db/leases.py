@@ -504,8 +504,13 @@ def leases_for_events(
 
 
 def admission_version(session: Session) -> int:
-    """Bumped by every API transaction that changes leases, reservations, allocations or hosts
-    (they all take the admission lock); the manager's own writes leave it alone."""
+    """The last committed admission's number, as ``session`` sees it. Bumped by every API
+    transaction that changes leases, reservations, allocations or hosts (they all take the
+    admission lock); the manager's own writes leave it alone. A transaction holding the lock
+    sees its own bump, not committed yet: its number is the one before."""
+    held = session.info.get("lock_version")
+    if held is not None:
+        return int(held) - 1
     return int(session.scalar(select(Lock.version).where(Lock.name == ADMISSION_LOCK)) or 0)
 
 

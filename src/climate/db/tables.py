@@ -122,6 +122,10 @@ class Lease(Timestamped, Base):
     deadline: Mapped[dt.datetime | None] = mapped_column(default=None)
     """A best-effort lease times out at this instant if still waiting."""
     hold_expires_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    requested_earliest_start: Mapped[dt.datetime | None] = mapped_column(default=None)
+    requested_latest_end: Mapped[dt.datetime | None] = mapped_column(default=None)
+    requested_duration_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
+    """A flexible lease's request (docs/admission.md): it was placed in this window."""
     series_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), default=None)
     occurrence: Mapped[dt.datetime | None] = mapped_column(default=None)
     """The series' instant this lease was made for (its recurrence id): kept when the

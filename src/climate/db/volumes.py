@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
+from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
 from climate.db.items import set_properties
 from climate.db.leases import after_marker, keyset_order
@@ -67,13 +68,7 @@ def remove(session: Session, pool: VolumePool) -> None:
 
 
 def leases_holding(session: Session, pool_id: int, since: dt.datetime) -> list[str]:
-    rows = session.execute(
-        select(VolumeAllocation.lease_id)
-        .where(VolumeAllocation.pool_id == pool_id, VolumeAllocation.end_date > since)
-        .distinct()
-        .order_by(VolumeAllocation.lease_id)
-    )
-    return [r[0] for r in rows]
+    return allocation_rows.leases_holding(session, VolumeAllocation.pool_id, pool_id, since)
 
 
 def reservable(session: Session) -> Sequence[VolumePool]:
@@ -139,18 +134,7 @@ def replace(
 
 def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:
     """End the reservation's allocations at ``at`` (drop those that had not begun)."""
-    session.execute(
-        delete(VolumeAllocation).where(
-            VolumeAllocation.reservation_id == reservation_id, VolumeAllocation.start_date >= at
-        )
-    )
-    for allocation in session.scalars(
-        select(VolumeAllocation).where(
-            VolumeAllocation.reservation_id == reservation_id, VolumeAllocation.end_date > at
-        )
-    ):
-        allocation.end_date = at
-    session.flush()
+    allocation_rows.truncate(session, VolumeAllocation, reservation_id, at)
 
 
 @dataclass(frozen=True)

@@ -11,3 +11,7 @@ class Actor:
     user_id: str
     project_id: str
     roles: frozenset[str]
+
+    def owner(self) -> dict[str, str]:
+        """The policy target of something this actor owns: their project and user."""
+        return {"project_id": self.project_id, "user_id": self.user_id}

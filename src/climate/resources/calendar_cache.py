@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
+from climate.db import allocations as allocation_rows
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
@@ -154,7 +155,7 @@ class CalendarCache:
             yield self._calendar
 
     def _catch_up(self, session: Session, version: int) -> None:
-        changed = host_rows.changes_since(session, version)
+        changed = allocation_rows.changes_since(session, version)
         if changed is None:
             self._reload(session)
             return
@@ -176,7 +177,7 @@ class CalendarCache:
         """Another resource type changed what ``owners`` hold in ``store``'s calendar (a host's
         instance usage): log it for other processes, and for this process's calendar, which
         reloads them when next read in this transaction, or else in the next one."""
-        host_rows.record_changes(session, CalendarCache._lock_version(session), owners)
+        allocation_rows.record_changes(session, CalendarCache._lock_version(session), owners)
         session.info.setdefault(f"{STALE}:{store}", set()).update(owners)
 
     def _stale(self, session: Session) -> set[str]:
@@ -261,7 +262,7 @@ class CalendarCache:
         self, session: Session, reservation_id: str, new: list[Span], *, log: bool = True
     ) -> None:
         if log:
-            host_rows.record_changes(session, self._lock_version(session), [reservation_id])
+            allocation_rows.record_changes(session, self._lock_version(session), [reservation_id])
         with self._guard:
             old = self._calendar.drop_owner(reservation_id)
             for span in new:

@@ -14,18 +14,18 @@ from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH, Host, ResourceProperty
+from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
-from climate.errors import Conflict, InvalidInput, NotFound, ResourceInUse
+from climate.errors import Conflict, InvalidInput, NotFound
 from climate.resources.calendar_cache import CalendarCache
 from climate.resources.instances import RATIOS, parse_ratio
+from climate.services import inventory
 from climate.services.context import FIRST_PAGE, Page, ServiceContext
+from climate.services.inventory import MAX_INT as MAX_INT
 
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
 TEXT_COLUMNS = frozenset({"service_name", "hypervisor_type", "cpu_info"})
 READ_ONLY = frozenset({"id", "name", "hypervisor_hostname", "created_at", "updated_at", "trust_id"})
-MAX_INT = 2**31 - 1
-"""The largest value an Integer column holds on every database."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ class HostService:
             host_rows.set_properties(session, host, properties)
             host_rows.bump_inventory(session)
             session.refresh(host)
-            _audit(session, now, actor, "host.create", host, {"name": name, **fields})
+            inventory.audit(
+                session, now, actor, "host", "create", host.id, {"name": name, **fields}
+            )
             self._wake_queue(session, now)
             return host
 
@@ -100,7 +102,7 @@ class HostService:
             host.updated_at = now
             session.flush()
             session.refresh(host)
-            _audit(session, now, actor, "host.update", host, dict(fields))
+            inventory.audit(session, now, actor, "host", "update", host.id, dict(fields))
             self._wake_queue(session, now)
             return host
 
@@ -116,12 +118,10 @@ class HostService:
                     *instance_rows.leases_holding(session, host.id, now),
                 }
             )
-            if holders:
-                raise ResourceInUse(
-                    f"host {host.id} ({host.hypervisor_hostname}) has current or future "
-                    f"allocations in lease(s) {', '.join(holders)}"
-                )
-            _audit(session, now, actor, "host.delete", host, {"name": host.hypervisor_hostname})
+            inventory.refuse_if_held(f"host {host.id} ({host.hypervisor_hostname})", holders)
+            inventory.audit(
+                session, now, actor, "host", "delete", host.id, {"name": host.hypervisor_hostname}
+            )
             instance_rows.remove_for_host(session, host.id)
             CalendarCache.mark_stale(session, "hosts", [instance_rows.usage_owner(host.id)])
             host_rows.remove(session, host, session.info["lock_version"])
@@ -176,7 +176,7 @@ class HostService:
     ) -> list[HostAllocations]:
         """Allocations per host from ``start`` (default now) on, a page of hosts (by id) at a
         time; a caller whom the ``admin`` rule does not cover sees only their project's."""
-        self.ctx.policy.enforce(actor, "blazar:oshosts:get_allocations", _owned_by(actor))
+        self.ctx.policy.enforce(actor, "blazar:oshosts:get_allocations", actor.owner())
         since = start or self.ctx.clock.now()
         with self.ctx.db.reader() as session:
             if host_id is not None:
@@ -194,47 +194,19 @@ class HostService:
                 start=since,
                 end=end,
             )
-        per_host: dict[int, list[host_rows.AllocationRow]] = {h.id: [] for h in hosts}
-        for row in rows:
-            per_host.setdefault(row.host_id, []).append(row)
+        per_host = inventory.grouped([h.id for h in hosts], rows, lambda row: row.host_id)
         return [HostAllocations(h, r) for h, r in per_host.items()]
 
     def _page(self, session: Session, page: Page) -> Sequence[Host]:
-        marker = None
-        if page.marker is not None:
-            marker = _find(session, page.marker)
-            if marker is None:
-                raise InvalidInput("marker", f"no host {page.marker}")
-        return host_rows.list_all(
+        return inventory.page_of(
             session,
-            limit=page.size(self.ctx.settings.max_page_size),
-            marker=marker,
-            sort_key=page.key(host_rows.HOST_SORT_KEYS),
-            descending=page.sort_dir == "desc",
+            page,
+            what="host",
+            find=_find,
+            rows=host_rows.list_all,
+            sort_keys=host_rows.HOST_SORT_KEYS,
+            cap=self.ctx.settings.max_page_size,
         )
-
-
-def _owned_by(actor: Actor) -> dict[str, str]:
-    return {"project_id": actor.project_id, "user_id": actor.user_id}
-
-
-def _audit(
-    session: Session,
-    now: dt.datetime,
-    actor: Actor,
-    action: str,
-    host: Host,
-    detail: Mapping[str, Any],
-) -> None:
-    audit.record(
-        session,
-        at=now,
-        actor=actor,
-        action=action,
-        target_type="host",
-        target_id=str(host.id),
-        detail=detail,
-    )
 
 
 def _load(session: Session, host_id: str) -> Host:
@@ -257,18 +229,13 @@ def _split(
     columns: dict[str, Any] = {}
     properties: dict[str, str | None] = {}
     for key, value in fields.items():
-        if not isinstance(key, str) or not key or len(key) > PROPERTY_NAME_LENGTH:
-            raise InvalidInput(
-                "properties", f"property names are 1 to {PROPERTY_NAME_LENGTH} characters"
-            )
-        if key in READ_ONLY:
-            raise InvalidInput(key, "cannot be set")
+        inventory.check_key(key, READ_ONLY)
         if key in INT_COLUMNS:
             columns[key] = _int(key, value)
         elif key in TEXT_COLUMNS:
             # cpu_info is a Text column: Nova's cpu_info JSON is often longer than 255.
             limit = None if key == "cpu_info" else PROPERTY_VALUE_LENGTH
-            columns[key] = None if value is None else _text(key, value, limit)
+            columns[key] = None if value is None else inventory.property_text(key, value, limit)
         elif key == "reservable":
             if not isinstance(value, bool):
                 raise InvalidInput(key, "must be true or false")
@@ -280,7 +247,7 @@ def _split(
                 raise InvalidInput(key, "a new property needs a value")
             properties[key] = None
         else:
-            properties[key] = _text(key, value)
+            properties[key] = inventory.property_text(key, value)
     return columns, properties
 
 
@@ -297,14 +264,3 @@ def _int(key: str, value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
         raise InvalidInput(key, f"must be an integer from 0 to {MAX_INT}, not {value!r}")
     return value
-
-
-def _text(key: str, value: object, limit: int | None = PROPERTY_VALUE_LENGTH) -> str:
-    if isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str | int | float):
-        raise InvalidInput(key, "must be a string or a number")
-    text = str(value)
-    if limit is not None and len(text) > limit:
-        raise InvalidInput(key, f"at most {limit} characters")
-    return text

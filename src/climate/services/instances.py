@@ -11,7 +11,7 @@ from climate.db import instances as instance_rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, NotFound
 from climate.services.context import FIRST_PAGE, Page, ServiceContext
-from climate.services.inventory import parse_id
+from climate.services.inventory import grouped, parse_id
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,7 @@ class InstanceAllocationService:
         :raises NotFound: ``host_id`` is no host.
         :raises InvalidInput: ``page.marker`` is no host.
         """
-        self.ctx.policy.enforce(
-            actor,
-            "climate:instances:get_allocations",
-            {"project_id": actor.project_id, "user_id": actor.user_id},
-        )
+        self.ctx.policy.enforce(actor, "climate:instances:get_allocations", actor.owner())
         filters: dict[str, Any] = {
             "lease_id": lease_id,
             "reservation_id": reservation_id,
@@ -73,7 +69,5 @@ class InstanceAllocationService:
                     **filters,
                 )
             rows = instance_rows.allocations(session, host_ids=host_ids, **filters)
-        per_host: dict[int, list[instance_rows.AllocationRow]] = {h: [] for h in host_ids}
-        for row in rows:
-            per_host[row.host_id].append(row)
+        per_host = grouped(host_ids, rows, lambda row: row.host_id)
         return [HostInstances(h, r) for h, r in per_host.items()]

@@ -4,19 +4,19 @@ update, delete, allocations. One service per kind, all over the ``items`` table.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import items as item_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Item
 from climate.domain.actor import Actor
-from climate.errors import Conflict, InvalidInput, NotFound, ResourceInUse
+from climate.errors import Conflict, InvalidInput, NotFound
 from climate.resources.base import text_field
 from climate.resources.items import Kind
 from climate.services import inventory
@@ -69,7 +69,7 @@ class ItemService:
             item_rows.add(session, item, properties)
             host_rows.bump_inventory(session)
             session.refresh(item)
-            self._audit(session, now, actor, "create", item, dict(fields))
+            inventory.audit(session, now, actor, kind.kind, "create", item.id, dict(fields))
             return item
 
     def list_all(self, actor: Actor, page: Page = FIRST_PAGE) -> Sequence[Item]:
@@ -107,7 +107,7 @@ class ItemService:
             item.updated_at = now
             session.flush()
             session.refresh(item)
-            self._audit(session, now, actor, "update", item, dict(fields))
+            inventory.audit(session, now, actor, self.kind.kind, "update", item.id, dict(fields))
             return item
 
     def delete(self, actor: Actor, item_id: str) -> None:
@@ -117,12 +117,9 @@ class ItemService:
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             item = self._load(session, item_id)
             holders = item_rows.leases_holding(session, item.id, now)
-            if holders:
-                raise ResourceInUse(
-                    f"{self.kind.singular} {item.id} ({item.name}) has current or future "
-                    f"allocations in lease(s) {', '.join(holders)}"
-                )
-            self._audit(session, now, actor, "delete", item, {self.kind.name_field: item.name})
+            inventory.refuse_if_held(f"{self.kind.singular} {item.id} ({item.name})", holders)
+            detail = {self.kind.name_field: item.name}
+            inventory.audit(session, now, actor, self.kind.kind, "delete", item.id, detail)
             item_rows.remove(session, item, session.info["lock_version"])
             host_rows.bump_inventory(session)
 
@@ -139,11 +136,7 @@ class ItemService:
     ) -> list[ItemAllocations]:
         """Allocations per item from ``start`` (default now) on, a page of items (by id) at a
         time; a caller whom the ``admin`` rule does not cover sees only their project's."""
-        self.ctx.policy.enforce(
-            actor,
-            f"{self.rules}:get_allocations",
-            {"project_id": actor.project_id, "user_id": actor.user_id},
-        )
+        self.ctx.policy.enforce(actor, f"{self.rules}:get_allocations", actor.owner())
         since = start or self.ctx.clock.now()
         with self.ctx.db.reader() as session:
             if item_id is not None:
@@ -160,24 +153,18 @@ class ItemService:
                 start=since,
                 end=end,
             )
-        per_item: dict[int, list[host_rows.AllocationRow]] = {i.id: [] for i in items}
-        for row in rows:
-            per_item[row.host_id].append(row)
+        per_item = inventory.grouped([i.id for i in items], rows, lambda row: row.host_id)
         return [ItemAllocations(i, r) for i, r in per_item.items()]
 
     def _page(self, session: Session, page: Page) -> Sequence[Item]:
-        marker = None
-        if page.marker is not None:
-            marker = self._find(session, page.marker)
-            if marker is None:
-                raise InvalidInput("marker", f"no {self.kind.singular} {page.marker}")
-        return item_rows.list_page(
+        return inventory.page_of(
             session,
-            self.kind.kind,
-            limit=page.size(self.ctx.settings.max_page_size),
-            marker=marker,
-            sort_key=page.key(item_rows.SORT_KEYS),
-            descending=page.sort_dir == "desc",
+            page,
+            what=self.kind.singular,
+            find=self._find,
+            rows=functools.partial(item_rows.list_page, kind=self.kind.kind),
+            sort_keys=item_rows.SORT_KEYS,
+            cap=self.ctx.settings.max_page_size,
         )
 
     def _find(self, session: Session, item_id: str) -> Item | None:
@@ -189,22 +176,3 @@ class ItemService:
         if item is None:
             raise NotFound(self.kind.singular.capitalize(), item_id)
         return item
-
-    def _audit(
-        self,
-        session: Session,
-        now: dt.datetime,
-        actor: Actor,
-        action: str,
-        item: Item,
-        detail: Mapping[str, Any],
-    ) -> None:
-        audit.record(
-            session,
-            at=now,
-            actor=actor,
-            action=f"{self.kind.kind}.{action}",
-            target_type=self.kind.kind,
-            target_id=str(item.id),
-            detail=detail,
-        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from climate.notify import enqueue_lease
 from climate.resources import pick
 from climate.services import offers
 from climate.services.context import FIRST_PAGE, Page, ServiceContext
+from climate.services.offers import RequestedWindow
 
 # A start given as a date may lag the clock by this much (a client rounding "now" to the minute).
 START_TOLERANCE = dt.timedelta(seconds=60)
@@ -79,6 +81,8 @@ class LeaseRequest:
     series_id: str | None = None
     occurrence: dt.datetime | None = None
     """The instant of its series this lease is made for (``series_id``)."""
+    requested_window: RequestedWindow | None = None
+    """The flexible window this fixed request was placed in (kept on the lease)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,15 @@ class Checked:
         return [params for params, _ in self.prepared]
 
 
+@dataclass(frozen=True)
+class Trial:
+    """What creating a lease answered (or a dry run would have)."""
+
+    lease: Lease
+    queue_position: int | None = None
+    """A dry run's waiting lease: the place in the queue it would take, from 1."""
+
+
 class LeaseService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
@@ -135,7 +148,7 @@ class LeaseService:
 
         :raises InvalidInput: ``marker`` is not a lease of this listing, or a bad ``sort_key``.
         """
-        self.ctx.policy.enforce(actor, "blazar:leases:get", _owned_by(actor))
+        self.ctx.policy.enforce(actor, "blazar:leases:get", actor.owner())
         scope = self.ctx.policy.scope(actor)
         if scope is not None:
             if project_id not in (None, scope):
@@ -161,7 +174,6 @@ class LeaseService:
 
     # -- writes ------------------------------------------------------------------------------
 
-    @retry_transient
     def create(self, actor: Actor, request: LeaseRequest) -> Lease:
         """Admit and record a lease, all or nothing. A flexible window (``duration``) is placed
         first (``offers.create_flexible``); a dry run is rolled back; a refusal carries its reason
@@ -171,22 +183,27 @@ class LeaseService:
         :raises NotEnoughCapacity: not enough matching resources are free for the whole window.
         :raises Conflict: the project already has a live lease of that name.
         """
-        self.ctx.policy.enforce(actor, "blazar:leases:post", _owned_by(actor))
+        return self._create(actor, request).lease
+
+    def dry_run(self, actor: Actor, request: LeaseRequest) -> Trial:
+        """What creating ``request`` would answer, writing nothing: the lease as it would be,
+        admitted (with its allocations) or, for a retry or best-effort lease that does not fit
+        now, waiting (IN_PROGRESS, the refusal in ``status_reason``) at the place in the queue
+        it would take. Raises as ``create`` would."""
+        return self._create(actor, dataclasses.replace(request, dry_run=True))
+
+    @retry_transient
+    def _create(self, actor: Actor, request: LeaseRequest) -> Trial:
+        self.ctx.policy.enforce(actor, "blazar:leases:post", actor.owner())
         if request.duration is not None:
             if request.lease_type != LeaseType.SCHEDULED or request.hold is not None:
                 raise InvalidInput("duration", "a flexible window is for scheduled leases only")
-            return offers.create_flexible(self, actor, request, request.duration)
+            return Trial(offers.create_flexible(self, actor, request, request.duration))
         now = self.ctx.clock.now()
         checked = self.check(actor, request, now)
         start = checked.start
-        if request.lease_type in WAITING_TYPES and not request.dry_run:
-            try:
-                with self.ctx.db.transaction() as session:
-                    lease = self.write(session, actor, checked, now)
-            except NotEnoughCapacity as refused:
-                with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-                    lease = self._write_waiting(session, actor, checked, now, str(refused))
-            return lease
+        if request.lease_type in WAITING_TYPES:
+            return self._create_waiting_type(actor, checked, now)
         with (
             offers.explaining(self.ctx, request, start, checked.params),
             contextlib.suppress(offers.DryRun),
@@ -196,8 +213,32 @@ class LeaseService:
             if request.dry_run:
                 raise offers.DryRun  # undoes every write above; the lease stays as built
         if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
-            return self._started_soon(actor, lease)
-        return lease  # fully loaded: the notification above rendered all of it
+            return Trial(self._started_soon(actor, lease))
+        return Trial(lease)  # fully loaded: the notification above rendered all of it
+
+    def _create_waiting_type(self, actor: Actor, checked: Checked, now: dt.datetime) -> Trial:
+        """A retry or best-effort lease: admitted now if it fits, else recorded as waiting (a
+        dry run rolls either back, after reading where the lease would wait)."""
+        dry_run = checked.request.dry_run
+        try:
+            with contextlib.suppress(offers.DryRun), self.ctx.db.transaction() as session:
+                lease = self.write(session, actor, checked, now)
+                if dry_run:
+                    raise offers.DryRun
+            return Trial(lease)
+        except NotEnoughCapacity as refused:
+            reason = str(refused)
+        position = None
+        with (
+            contextlib.suppress(offers.DryRun),
+            self.ctx.db.transaction(lock=ADMISSION_LOCK) as session,
+        ):
+            lease = self._write_waiting(session, actor, checked, now, reason)
+            if dry_run:
+                queue = [row.id for row in lease_rows.waiting(session)]
+                position = queue.index(lease.id) + 1
+                raise offers.DryRun
+        return Trial(lease, position)
 
     def check(self, actor: Actor, request: LeaseRequest, now: dt.datetime) -> Checked:
         """Every check of a new lease with fixed dates that needs no capacity: its name,
@@ -292,6 +333,7 @@ class LeaseService:
     def _build(self, actor: Actor, checked: Checked, now: dt.datetime) -> Lease:
         """The new lease as an object outside the session, every column set, PENDING."""
         request = checked.request
+        window = request.requested_window
         lease_id = new_id()
         max_attempts = None
         if request.lease_type == LeaseType.RETRY:
@@ -318,6 +360,9 @@ class LeaseService:
             hold_expires_at=None,
             series_id=request.series_id,
             occurrence=request.occurrence,
+            requested_earliest_start=window.earliest_start if window else None,
+            requested_latest_end=window.latest_end if window else None,
+            requested_duration_seconds=(int(window.duration.total_seconds()) if window else None),
             created_at=now,
             updated_at=None,
             events=[],
@@ -343,86 +388,133 @@ class LeaseService:
         """Change a lease; any new shape is re-admitted atomically or nothing changes.
 
         :raises Conflict: the lease has ended, or its start moves after it began.
-        :raises NotEnoughCapacity: the new shape does not fit; the lease is left as it was.
+        :raises NotEnoughCapacity: the new shape does not fit; the lease is left as it was. It
+            carries the reason and counter-offers, each a body for this update
+            (``offers.explain_update``).
         """
         now = self.ctx.clock.now()
-        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            held = lease_rows.hold_waiting_events(session, lease_id)
-            lease = self._load(session, actor, lease_id, "blazar:leases:put")
-            before = _window(lease)
-            active = _started(lease, held)
-            if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
-                raise Conflict(f"lease {lease.id} is {lease.status} and can no longer be changed")
-            if changes.name is not None and changes.name != lease.name:
-                _check_name(changes.name)
-                if lease_rows.name_taken(
-                    session, lease.project_id, changes.name, other_than=lease.id
-                ):
-                    raise Conflict(f"name: a lease named {changes.name!r} already exists")
-                lease.name = changes.name
-            start, end = lease.start_date, lease.end_date
-            if changes.start is not None or changes.start_now:
-                if active:
-                    raise Conflict(f"start_date: lease {lease.id} has already started")
-                start = self._check_start(None if changes.start_now else changes.start, now)
-            if changes.end is not None:
-                end = changes.end
-                if active and end <= now:
-                    raise InvalidInput("end_date", "must be in the future for a running lease")
-            _check_window(start, end)
-            reshaped = (start, end) != (lease.start_date, lease.end_date)
-            edits = self._match_reservations(lease, changes.reservations)
-            for reservation, raw, where in edits:
-                reservation.params = self.ctx.resource_types[reservation.resource_type].validate(
-                    raw, reservation.params, where
-                )
-            if reshaped or edits:
-                for reservation in lease.reservations:
-                    if reservation.status in (ReservationStatus.DELETED, ReservationStatus.ERROR):
-                        continue
-                    self.ctx.resource_types[reservation.resource_type].admit(
-                        session, reservation, start, end, active=active, now=now
-                    )
-            before_end = lease.before_end_date
-            moved_warning = changes.before_end is not None or changes.before_end_offset is not None
-            if reshaped and not moved_warning and before_end is not None:
-                # As in Blazar: the before-end action keeps its distance from the end.
-                before_end = max(start, end - (lease.end_date - before_end))
-            elif moved_warning or reshaped:
-                before_end = self._before_end(
-                    changes.before_end, start, end, changes.before_end_offset
-                )
-            reminders = _check_reminders(
-                lease_rows.reminder_offsets(lease)
-                if changes.reminders is None
-                else changes.reminders,
-                start,
-                end,
-                before_end,
-                given=changes.reminders is not None,
-                started=active,
+        asked: list[offers.Reshape] = []
+        with (
+            offers.explaining_update(self, actor, changes, asked),
+            self.ctx.db.transaction(lock=ADMISSION_LOCK) as session,
+        ):
+            return self._change(session, actor, lease_id, changes, now, asked)
+
+    @retry_transient
+    def would_update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> bool:
+        """Whether ``update`` would accept ``changes`` now: the update itself, in a transaction
+        rolled back at its end (as a dry run)."""
+        now = self.ctx.clock.now()
+        try:
+            with (
+                contextlib.suppress(offers.DryRun),
+                self.ctx.db.transaction(lock=ADMISSION_LOCK) as session,
+            ):
+                self._change(session, actor, lease_id, changes, now, [])
+                raise offers.DryRun
+        except (NotEnoughCapacity, InvalidInput, Conflict):
+            return False
+        return True
+
+    def _change(
+        self,
+        session: Session,
+        actor: Actor,
+        lease_id: str,
+        changes: LeaseChanges,
+        now: dt.datetime,
+        asked: list[offers.Reshape],
+    ) -> Lease:
+        """``update`` in the caller's transaction, which holds the admission lock; the shape
+        it admits is added to ``asked`` first."""
+        held = lease_rows.hold_waiting_events(session, lease_id)
+        lease = self._load(session, actor, lease_id, "blazar:leases:put")
+        before = _window(lease)
+        active = _started(lease, held)
+        if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
+            raise Conflict(f"lease {lease.id} is {lease.status} and can no longer be changed")
+        if changes.name is not None and changes.name != lease.name:
+            _check_name(changes.name)
+            if lease_rows.name_taken(session, lease.project_id, changes.name, other_than=lease.id):
+                raise Conflict(f"name: a lease named {changes.name!r} already exists")
+            lease.name = changes.name
+        start, end = lease.start_date, lease.end_date
+        if changes.start is not None or changes.start_now:
+            if active:
+                raise Conflict(f"start_date: lease {lease.id} has already started")
+            start = self._check_start(None if changes.start_now else changes.start, now)
+        if changes.end is not None:
+            end = changes.end
+            if active and end <= now:
+                raise InvalidInput("end_date", "must be in the future for a running lease")
+        _check_window(start, end)
+        reshaped = (start, end) != (lease.start_date, lease.end_date)
+        edits = self._match_reservations(lease, changes.reservations)
+        for reservation, raw, where in edits:
+            reservation.params = self.ctx.resource_types[reservation.resource_type].validate(
+                raw, reservation.params, where
             )
-            old_end = lease.end_date
-            lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
-            self._retime_events(lease, held, now)
-            self._place_reminders(session, lease, reminders, old_end, held, now)
-            lease.updated_at = now
-            session.flush()
-            self._notify(session, "lease.update", lease, now)
-            after = _window(lease)
-            changed = {
-                k: [before.get(k), after.get(k)]
-                for k in {**before, **after}
-                if after.get(k) != before.get(k)
-            }
-            if edits:
-                changed["reservations"] = [r.id for r, _, _ in edits]
-            _audit(session, now, actor, "lease.update", lease, changed)
-            waiting = [e.not_before for e in lease.events if e.status == EventStatus.UNDONE]
-            if reshaped and lease_rows.queue_waits(session):
-                waiting.append(now)  # a shorter lease frees capacity: the queue looks again
-            if waiting:
-                self.ctx.events_changed(session, min(waiting))
+        if reshaped or edits:
+            live = [
+                r
+                for r in lease.reservations
+                if r.status not in (ReservationStatus.DELETED, ReservationStatus.ERROR)
+            ]
+            sent = {r.id: raw for r, raw, _ in edits}
+            asked.append(
+                offers.Reshape(
+                    lease.id,
+                    lease.start_date,
+                    lease.end_date,
+                    start,
+                    end,
+                    active,
+                    tuple(
+                        offers.Reshaped(r.id, r.resource_type, dict(r.params), sent.get(r.id))
+                        for r in live
+                    ),
+                )
+            )
+            for reservation in live:
+                self.ctx.resource_types[reservation.resource_type].admit(
+                    session, reservation, start, end, active=active, now=now
+                )
+        before_end = lease.before_end_date
+        moved_warning = changes.before_end is not None or changes.before_end_offset is not None
+        if reshaped and not moved_warning and before_end is not None:
+            # As in Blazar: the before-end action keeps its distance from the end.
+            before_end = max(start, end - (lease.end_date - before_end))
+        elif moved_warning or reshaped:
+            before_end = self._before_end(changes.before_end, start, end, changes.before_end_offset)
+        reminders = _check_reminders(
+            lease_rows.reminder_offsets(lease) if changes.reminders is None else changes.reminders,
+            start,
+            end,
+            before_end,
+            given=changes.reminders is not None,
+            started=active,
+        )
+        old_end = lease.end_date
+        lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
+        self._retime_events(lease, held, now)
+        self._place_reminders(session, lease, reminders, old_end, held, now)
+        lease.updated_at = now
+        session.flush()
+        self._notify(session, "lease.update", lease, now)
+        after = _window(lease)
+        changed = {
+            k: [before.get(k), after.get(k)]
+            for k in {**before, **after}
+            if after.get(k) != before.get(k)
+        }
+        if edits:
+            changed["reservations"] = [r.id for r, _, _ in edits]
+        _audit(session, now, actor, "lease.update", lease, changed)
+        waiting = [e.not_before for e in lease.events if e.status == EventStatus.UNDONE]
+        if reshaped and lease_rows.queue_waits(session):
+            waiting.append(now)  # a shorter lease frees capacity: the queue looks again
+        if waiting:
+            self.ctx.events_changed(session, min(waiting))
         return lease
 
     @retry_transient
@@ -538,23 +630,29 @@ class LeaseService:
                     self.ctx.resource_types[reservation.resource_type].admit(
                         session, reservation, start, end, active=False, now=now
                     )
-                check_lease_transition(lease.status, LeaseStatus.PENDING)
-                lease.status = LeaseStatus.PENDING
-                lease.status_reason = None
-                lease.attempts += 1
-                lease.next_attempt_at = None
-                lease.start_date, lease.end_date = start, end
-                if lease.before_end_date is not None:
-                    lease.before_end_date += shift
-                lease.updated_at = now
-                lease.events.extend(_events(lease, now))
-                session.flush()
-                self._notify(session, "lease.update", lease, now)
-                self.ctx.events_changed(session, now)
+                self.admitted_from_queue(session, lease, now)
             return 1
         except NotEnoughCapacity as refused:
             self._refused(lease_id, str(refused), now)
             return 0
+
+    def admitted_from_queue(self, session: Session, lease: Lease, now: dt.datetime) -> None:
+        """Record that waiting ``lease`` was admitted (its reservations over [now, now +
+        its duration), by the caller): PENDING from now, with its events, notified."""
+        shift = now - lease.start_date
+        check_lease_transition(lease.status, LeaseStatus.PENDING)
+        lease.status = LeaseStatus.PENDING
+        lease.status_reason = None
+        lease.attempts += 1
+        lease.next_attempt_at = None
+        lease.start_date, lease.end_date = now, lease.end_date + shift
+        if lease.before_end_date is not None:
+            lease.before_end_date += shift
+        lease.updated_at = now
+        lease.events.extend(_events(lease, now))
+        session.flush()
+        self._notify(session, "lease.update", lease, now)
+        self.ctx.events_changed(session, now)
 
     def _refused(self, lease_id: str, reason: str, now: dt.datetime) -> None:
         with self.ctx.db.transaction() as session:
@@ -625,7 +723,7 @@ class LeaseService:
         if kind != LeaseType.SCHEDULED and request.start is not None and start > now:
             raise InvalidInput("start_date", f"an {kind} lease starts now; give 'now'")
         if request.priority is not None and request.priority > 0:
-            self.ctx.policy.enforce(actor, "climate:leases:priority", _owned_by(actor))
+            self.ctx.policy.enforce(actor, "climate:leases:priority", actor.owner())
         for i, r in enumerate(request.reservations):
             # Reclaim (docs/lease-types.md); its value itself is checked by physical:host.
             asked = str(r.fields.get("reclaim", False)).strip().lower() not in ("false", "none")
@@ -634,7 +732,7 @@ class LeaseService:
                     raise InvalidInput(
                         f"reservations[{i}].reclaim", "only for lease_type 'best_effort'"
                     )
-                self.ctx.policy.enforce(actor, "climate:leases:reclaim", _owned_by(actor))
+                self.ctx.policy.enforce(actor, "climate:leases:reclaim", actor.owner())
         if request.retries is not None:
             if kind != LeaseType.RETRY:
                 raise InvalidInput("retries", "only for lease_type 'retry'")
@@ -898,11 +996,6 @@ def _started(lease: Lease, held: Sequence[Event]) -> bool:
     return lease.status != LeaseStatus.PENDING or all(
         e.event_type != EventType.START_LEASE for e in held
     )
-
-
-def _owned_by(actor: Actor) -> dict[str, str]:
-    """The target of an action on the caller's own project's leases."""
-    return {"project_id": actor.project_id, "user_id": actor.user_id}
 
 
 def _window(lease: Lease) -> dict[str, object]:

@@ -15,10 +15,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from climate import wire
+from climate.db import leases as lease_rows
+from climate.db.engine import ADMISSION_LOCK
+from climate.domain.status import ReservationStatus
 from climate.errors import InvalidInput, NotEnoughCapacity
 from climate.planner.availability import (
     CounterOffer,
+    Placer,
     SearchRange,
     Shortfall,
     counter_offers,
@@ -26,13 +32,14 @@ from climate.planner.availability import (
 )
 from climate.planner.calendar import moment, seconds
 from climate.resources import pick
+from climate.resources.calendar_cache import CalendarCache
 from climate.services.context import ServiceContext
 from climate.services.placing import placers, searchable
 
 if TYPE_CHECKING:
     from climate.db.tables import Lease
     from climate.domain.actor import Actor
-    from climate.services.leases import LeaseRequest, LeaseService
+    from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService
 
 OFFER_STEP = 60
 """Later starts are offered on whole minutes (what the blazar CLI can type)."""
@@ -147,6 +154,16 @@ def _counts(params: Mapping[str, Any]) -> tuple[int, int]:
     return amount, amount
 
 
+@dataclass(frozen=True)
+class RequestedWindow:
+    """What a flexible lease asked for: ``duration`` somewhere in [earliest_start, latest_end]
+    (kept on the lease it was placed in)."""
+
+    earliest_start: dt.datetime
+    latest_end: dt.datetime
+    duration: dt.timedelta
+
+
 def create_flexible(
     service: LeaseService, actor: Actor, request: LeaseRequest, length: dt.timedelta
 ) -> Lease:
@@ -215,7 +232,11 @@ def create_flexible(
             raise refused
         window = found[0]
         return dataclasses.replace(
-            request, start=moment(window.start), end=moment(window.end), duration=None
+            request,
+            start=moment(window.start),
+            end=moment(window.end),
+            duration=None,
+            requested_window=RequestedWindow(start, request.end, length),
         )
 
     for _ in range(FLEXIBLE_ATTEMPTS - 1):
@@ -223,3 +244,219 @@ def create_flexible(
         with contextlib.suppress(NotEnoughCapacity):  # another lease took it meanwhile
             return service.create(actor, fixed)
     return service.create(actor, chosen())
+
+
+# -- refused updates -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reshaped:
+    """One live reservation of a lease being changed, as the change would leave it."""
+
+    id: str
+    resource_type: str
+    params: Mapping[str, Any]
+    """Its validated parameters after the change."""
+    sent: Mapping[str, Any] | None
+    """The fields the change gave it; None: not changed."""
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """The shape ``LeaseService.update`` tried to admit for a lease."""
+
+    lease_id: str
+    current_start: dt.datetime
+    current_end: dt.datetime
+    start: dt.datetime
+    end: dt.datetime
+    started: bool
+    reservations: tuple[Reshaped, ...]
+
+
+@dataclass(frozen=True)
+class UpdateOffer:
+    kind: str
+    """As ``Offer.kind``."""
+    below_request: bool
+    changes: LeaseChanges
+    """The update to send instead, checked to be admitted when it was made."""
+
+
+@contextlib.contextmanager
+def explaining_update(
+    service: LeaseService, actor: Actor, changes: LeaseChanges, asked: Sequence[Reshape]
+) -> Iterator[None]:
+    """Adds the reason and counter-offers to a ``NotEnoughCapacity`` raised inside by the
+    admission of the shape in ``asked`` (once the transaction inside has rolled back)."""
+    try:
+        yield
+    except NotEnoughCapacity as refused:
+        if refused.details is None and asked:
+            refusal, made = explain_update(service, actor, changes, asked[0])
+            kinds = [r.resource_type for r in asked[0].reservations]
+            refused.details = wire.update_refusal(refusal, kinds, made)
+        raise
+
+
+def explain_update(
+    service: LeaseService, actor: Actor, changes: LeaseChanges, asked: Reshape
+) -> tuple[Refusal, list[UpdateOffer]]:
+    """Why ``asked`` does not fit, and up to three updates that would be admitted instead: the
+    earliest later start (a lease that has not started, within ``offer_search_days``), the most
+    resources that fit in the window, the latest end that fits.
+
+    The lease itself is being re-admitted, so its own allocations must not count as busy: the
+    search runs in a transaction that releases them first, under the admission lock, and is
+    rolled back. Each offer is then tried as the update it is (``LeaseService.would_update``),
+    which also holds a running lease to the resources it has; only those admitted are made."""
+    ctx = service.ctx
+    now = ctx.clock.now()
+    params = [r.params for r in asked.reservations]
+    types = [ctx.resource_types[r.resource_type] for r in asked.reservations]
+    unexplained = tuple((i, t.name) for i, t in enumerate(types) if not searchable(t))
+    begin_at = max(asked.start, now)
+    begin, finish = seconds(begin_at), seconds(asked.end)
+    duration = math.ceil(finish - begin)
+    horizon = ctx.settings.offer_search_days * 86_400
+    search = SearchRange(
+        math.ceil(begin), math.floor(begin) + horizon + duration, duration, OFFER_STEP
+    )
+    by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for i, (rtype, p) in enumerate(zip(types, params, strict=True)):
+        if searchable(rtype):
+            by_type.setdefault(rtype.name, []).append((i, p))
+    found: list[CounterOffer] = []
+    ends: list[float] = []
+    with contextlib.suppress(DryRun), ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+        lease = lease_rows.get(session, asked.lease_id)
+        for reservation in [] if lease is None else lease.reservations:
+            if reservation.status not in (ReservationStatus.DELETED, ReservationStatus.ERROR):
+                ctx.resource_types[reservation.resource_type].release(session, reservation, now)
+        for cache in {id(c): c for c in _calendars(ctx)}.values():
+            cache.sync(session)  # what releasing instances changed in the host calendar
+        with placers(ctx.resource_types, session, by_type, search) as found_placers:
+            if unexplained:
+                shortfalls = sorted(
+                    (s for p in found_placers for s in p.explain(begin, finish)),
+                    key=lambda s: s.index,
+                )
+            else:
+                shortfalls, found = counter_offers(
+                    found_placers, search, begin, finish, SHORTEST_OFFER
+                )
+                ends = _possible_ends(found_placers, begin, finish)
+        raise DryRun  # gives the released allocations back
+    asked_counts = tuple(_counts(p) for p in params)
+    made: list[UpdateOffer] = []
+    for o in found:
+        if o.kind == "later_start" and not asked.started:
+            at = moment(o.start)
+            until = at + (asked.end - asked.start)
+            made.append(_update_offer(o.kind, False, asked, changes, at, until))
+        elif o.kind == "fewer_hosts" and o.counts is not None:
+            counts = tuple(
+                cut if s.reducible else own
+                for cut, own, s in zip(o.counts, asked_counts, shortfalls, strict=True)
+            )
+            made.append(
+                _update_offer(
+                    o.kind, o.below_request, asked, changes, asked.start, asked.end, counts
+                )
+            )
+    kept = [m for m in made if service.would_update(actor, asked.lease_id, m.changes)]
+    latest = _latest_end(service, actor, asked, changes, ends)
+    if latest is not None:
+        kept.append(latest)
+    refusal = Refusal(begin_at, asked.end, tuple(shortfalls), unexplained, ())
+    return refusal, kept
+
+
+def _calendars(ctx: ServiceContext) -> list[CalendarCache]:
+    found = (getattr(t, "calendar", None) for t in ctx.resource_types.values())
+    return [c for c in found if isinstance(c, CalendarCache)]
+
+
+def _possible_ends(placers: Sequence[Placer], begin: float, end: float) -> list[float]:
+    """The ends in [begin + ``SHORTEST_OFFER``, end) where a window from ``begin`` may stop
+    fitting, whose counts fit (as ``planner.availability.longest`` tries them), earliest first."""
+    ends = np.unique(np.concatenate([p.cutoffs(begin, end) for p in placers]))
+    ends = ends[ends >= begin + SHORTEST_OFFER]
+    possible = np.ones(len(ends), dtype=np.bool_)
+    for placer in placers:
+        possible &= placer.possible_ends(begin, ends)
+    return [float(e) for e in ends[possible]]
+
+
+def _latest_end(
+    service: LeaseService, actor: Actor, asked: Reshape, changes: LeaseChanges, ends: list[float]
+) -> UpdateOffer | None:
+    """The update ending at the latest of ``ends`` that is admitted, by bisection: a window
+    that fits still fits ending earlier. None if none is, or if it would change nothing."""
+    best: UpdateOffer | None = None
+    low, high = 0, len(ends) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        offer = _update_offer("shorter", False, asked, changes, asked.start, moment(ends[middle]))
+        if service.would_update(actor, asked.lease_id, offer.changes):
+            best, low = offer, middle + 1
+        else:
+            high = middle - 1
+    unchanged = (
+        best is not None
+        and best.changes.end == asked.current_end
+        and asked.start == asked.current_start
+        and all(r.sent is None for r in asked.reservations)
+    )
+    return None if unchanged else best
+
+
+def _update_offer(
+    kind: str,
+    below_request: bool,
+    asked: Reshape,
+    changes: LeaseChanges,
+    start: dt.datetime,
+    end: dt.datetime,
+    counts: Sequence[tuple[int, int]] | None = None,
+) -> UpdateOffer:
+    """The update giving the lease [start, end) and ``counts`` (None: as asked), with the
+    other fields of ``changes`` that still apply to that window."""
+    from climate.services.leases import ReservationRequest  # that module imports this one
+
+    reservations = []
+    for i, r in enumerate(asked.reservations):
+        fields = dict(r.sent or {})
+        if counts is not None and counts[i] != _counts(r.params):
+            fields.update(_count_fields(r.params, *counts[i]))
+        if r.sent is not None or fields:
+            reservations.append(ReservationRequest(None, fields, r.id))
+    length = end - start
+    shift = start - asked.start
+    before_end = None
+    if changes.before_end is not None and start <= changes.before_end + shift <= end:
+        before_end = changes.before_end + shift
+    offset = changes.before_end_offset
+    reminders = changes.reminders
+    now_again = changes.start_now and shift == dt.timedelta(0)
+    return UpdateOffer(
+        kind,
+        below_request,
+        dataclasses.replace(
+            changes,
+            start=None if asked.started or now_again or start == asked.current_start else start,
+            start_now=now_again,
+            end=end,
+            before_end=before_end,
+            reservations=tuple(reservations),
+            before_end_offset=offset if offset is not None and offset <= length else None,
+            reminders=None if reminders is None else tuple(o for o in reminders if o < length),
+        ),
+    )
+
+
+def _count_fields(params: Mapping[str, Any], low: int, high: int) -> dict[str, int]:
+    """Counts in the reservation's own fields: ``min``..``max``, else ``amount``."""
+    if "min" in params:
+        return {"min": low, "max": high}
+    return {"amount": high} if "amount" in params else {}

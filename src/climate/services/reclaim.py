@@ -18,7 +18,7 @@ from climate.db import leases as lease_rows
 from climate.db import reclaim as reclaim_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Lease, Reservation
-from climate.domain.status import LeaseStatus, check_lease_transition
+from climate.domain.status import LeaseStatus
 from climate.errors import NotEnoughCapacity
 from climate.notify import enqueue_lease
 from climate.planner.instances import Size
@@ -35,7 +35,7 @@ from climate.resources.calendar_cache import CalendarCache
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.services.context import ServiceContext
-from climate.services.leases import _events
+from climate.services.leases import LeaseService
 
 LOG = logging.getLogger(__name__)
 ACTOR = "manager"
@@ -89,7 +89,7 @@ class ReclaimService:
                     self.backend.migrate(session, migrations)
                 except Exception as exc:
                     raise MigrationFailed(f"{type(exc).__name__}: {exc}") from exc
-                self._admitted(session, lease, shift, now)
+                LeaseService(self.ctx).admitted_from_queue(session, lease, now)
                 self._record_moves(session, lease, moves, now)
             if moves:
                 LOG.info(
@@ -210,24 +210,6 @@ class ReclaimService:
             used = Size(h.vcpus, h.memory_mb, h.disk_gb)
             uses[h.host_id].append(TargetUse(h.start, h.end, used, h.reservation_id))
         return [Target(i, capacity[i], whole.get(i, ()), uses.get(i, ())) for i in ids]
-
-    def _admitted(
-        self, session: Session, lease: Lease, shift: dt.timedelta, now: dt.datetime
-    ) -> None:
-        """The waiting lease admitted from now for its duration, as the queue admits."""
-        check_lease_transition(lease.status, LeaseStatus.PENDING)
-        lease.status = LeaseStatus.PENDING
-        lease.status_reason = None
-        lease.attempts += 1
-        lease.next_attempt_at = None
-        lease.start_date, lease.end_date = now, lease.end_date + shift
-        if lease.before_end_date is not None:
-            lease.before_end_date += shift
-        lease.updated_at = now
-        lease.events.extend(_events(lease, now))
-        session.flush()
-        enqueue_lease(session, self.ctx.settings.webhooks, "lease.update", lease, now)
-        self.ctx.events_changed(session, now)
 
     def _record_moves(
         self, session: Session, lease: Lease, moves: Sequence[Move], now: dt.datetime

@@ -1,5 +1,6 @@
 """A project's actions on one reservation of its lease, as its policies allow: start a manual
-reservation, acknowledge the end of a keep-until-ack one (docs/policies.md)."""
+reservation, acknowledge the end of a keep-until-ack one; and deleting a lease, which
+acknowledges what its ended reservations kept (docs/policies.md)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from climate.errors import BackendError, Conflict, NotFound
 from climate.notify import enqueue_lease
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
 from climate.services.context import ServiceContext
+from climate.services.leases import LeaseService
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,17 @@ ACKNOWLEDGE = _Action(
 )
 
 
+DISCARD = _Action(
+    rule="blazar:leases:delete",
+    name="reservation.acknowledge",
+    refusal=_acknowledge_refusal,
+    remote=lambda backend: backend.acknowledge_remote,
+    record=lambda backend: backend.acknowledge,
+    stamp=ACKNOWLEDGED_AT,
+)
+"""Acknowledging by deleting the lease: the delete rule allows it."""
+
+
 class ReservationActionService:
     """Start and acknowledge reservations through the backend, from the API.
 
@@ -88,6 +101,7 @@ class ReservationActionService:
     def __init__(self, ctx: ServiceContext, backend: Backend) -> None:
         self.ctx = ctx
         self.backend = Timeboxed(backend, ctx.settings.backend_timeout_seconds)
+        self.leases = LeaseService(ctx)
 
     def start(self, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
         """Start a manual reservation, held since the lease started: the backend starts the
@@ -112,48 +126,95 @@ class ReservationActionService:
         """
         return self._run(ACKNOWLEDGE, actor, lease_id, reservation_id)
 
+    def delete_lease(self, actor: Actor, lease_id: str) -> None:
+        """Delete a lease (``LeaseService.delete``). Deleting is the acknowledgement of what
+        its ended keep-until-ack reservations kept: the backend discards each first, as
+        ``acknowledge`` would (remote part outside any transaction), then one transaction
+        records and audits each (``reservation.acknowledge``) and deletes the lease. A running
+        lease's end applies ``release`` instead (the manager's part).
+
+        :raises NotFound: no such lease (or another project's).
+        :raises Forbidden: the ``blazar:leases:delete`` rule refuses the caller.
+        :raises BackendError: the backend failed to discard or did not answer in time; the
+            lease is not deleted, and the call may be repeated.
+        """
+        with self.ctx.db.reader() as session:
+            lease = self._lease(session, DISCARD, actor, lease_id)
+            now = self.ctx.clock.now()
+            kept = [
+                self._handover(lease, r, now)
+                for r in lease.reservations
+                if DISCARD.refusal(r) is None
+            ]
+        for handover in kept:
+            self._remote(DISCARD, handover)
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease = self._lease(session, DISCARD, actor, lease_id)
+            for handover in kept:
+                found = [r for r in lease.reservations if r.id == handover.reservation_id]
+                if found and DISCARD.refusal(found[0]) is None:  # else acknowledged meanwhile
+                    self._record(session, DISCARD, actor, lease, found[0], handover, now)
+            self.leases.cancel(session, actor, lease_id, now)
+
     def _run(self, action: _Action, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
         with self.ctx.db.reader() as session:
             lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
             handover = self._handover(lease, reservation, self.ctx.clock.now())
+        self._remote(action, handover)
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+            lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
+            self._record(session, action, actor, lease, reservation, handover, now)
+            enqueue_lease(session, self.ctx.settings.webhooks, "lease.update", lease, now)
+        return lease
+
+    def _remote(self, action: _Action, handover: Handover) -> None:
+        """The backend's remote part of ``action``, outside any transaction.
+
+        :raises BackendError: it failed or did not answer in time.
+        """
         try:
             action.remote(self.backend)(handover)
         except Exception as exc:
             raise BackendError(
-                f"reservation {reservation_id}: backend {self.backend.name} failed to "
+                f"reservation {handover.reservation_id}: backend {self.backend.name} failed to "
                 f"{action.name.partition('.')[2]}: {exc}"
             ) from exc
-        now = self.ctx.clock.now()
-        with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
-            # The backend's rows first, then the reservation's and lease's: the manager's order.
-            action.record(self.backend)(session, handover)
-            reservation.params = {**reservation.params, action.stamp: now.isoformat()}
-            reservation.updated_at = lease.updated_at = now
-            session.flush()
-            audit.record(
-                session,
-                at=now,
-                actor=actor,
-                action=action.name,
-                target_type="reservation",
-                target_id=reservation.id,
-                detail={"lease_id": lease.id, "project_id": lease.project_id},
-            )
-            enqueue_lease(session, self.ctx.settings.webhooks, "lease.update", lease, now)
-        return lease
+
+    def _record(
+        self,
+        session: Session,
+        action: _Action,
+        actor: Actor,
+        lease: Lease,
+        reservation: Reservation,
+        handover: Handover,
+        now: dt.datetime,
+    ) -> None:
+        """The backend's record part, the reservation's stamp and the audit row, in the
+        caller's transaction under the admission lock."""
+        # The backend's rows first, then the reservation's and lease's: the manager's order.
+        action.record(self.backend)(session, handover)
+        reservation.params = {**reservation.params, action.stamp: now.isoformat()}
+        reservation.updated_at = lease.updated_at = now
+        session.flush()
+        audit.record(
+            session,
+            at=now,
+            actor=actor,
+            action=action.name,
+            target_type="reservation",
+            target_id=reservation.id,
+            detail={"lease_id": lease.id, "project_id": lease.project_id},
+        )
 
     def _find(
         self, session: Session, action: _Action, actor: Actor, lease_id: str, reservation_id: str
     ) -> tuple[Lease, Reservation]:
         """The lease and its reservation, if the caller may act on them; another project's
         lease is not found (404), as everywhere."""
-        lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
-        if lease is None:
-            raise NotFound("Lease", lease_id)
-        self.ctx.policy.enforce(
-            actor, action.rule, {"project_id": lease.project_id, "user_id": lease.user_id}
-        )
+        lease = self._lease(session, action, actor, lease_id)
         found = [r for r in lease.reservations if r.id == reservation_id]
         if not found:
             raise NotFound("Reservation", reservation_id)
@@ -161,6 +222,15 @@ class ReservationActionService:
         if refused is not None:
             raise Conflict(f"reservation {reservation_id} {refused}")
         return lease, found[0]
+
+    def _lease(self, session: Session, action: _Action, actor: Actor, lease_id: str) -> Lease:
+        lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
+        if lease is None:
+            raise NotFound("Lease", lease_id)
+        self.ctx.policy.enforce(
+            actor, action.rule, {"project_id": lease.project_id, "user_id": lease.user_id}
+        )
+        return lease
 
     def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
         resource_type = self.ctx.resource_types[reservation.resource_type]

@@ -109,7 +109,7 @@ class SeriesService:
             its details list each with its refusal. Nothing was written.
         :raises Conflict: a live series or lease of the project has the name already.
         """
-        self.ctx.policy.enforce(actor, "climate:series:create", _owned_by(actor))
+        self.ctx.policy.enforce(actor, "climate:series:create", actor.owner())
         now = self.ctx.clock.now()
         _check_name(request.name)
         if request.duration <= dt.timedelta(0):
@@ -231,7 +231,7 @@ class SeriesService:
     def list_all(self, actor: Actor, *, project_id: str | None = None) -> Sequence[LeaseSeries]:
         """Live series of the caller's project (of every project, or the one asked for, to
         those the ``admin`` rule allows), oldest first, at most ``max_page_size``."""
-        self.ctx.policy.enforce(actor, "climate:series:get", _owned_by(actor))
+        self.ctx.policy.enforce(actor, "climate:series:get", actor.owner())
         scope = self.ctx.policy.scope(actor)
         if scope is not None:
             if project_id not in (None, scope):
@@ -392,10 +392,6 @@ def _check_name(name: str) -> None:
 
 def _seconds(value: dt.timedelta | None) -> int | None:
     return None if value is None else int(value.total_seconds())
-
-
-def _owned_by(actor: Actor) -> dict[str, str]:
-    return {"project_id": actor.project_id, "user_id": actor.user_id}
 
 
 def _audit(

@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from climate.db import audit
 from climate.db import volumes as volume_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import VolumePool
@@ -59,7 +58,7 @@ class VolumePoolService:
                 pool.reservable = usable
             volume_rows.save(session, pool, properties)
             session.refresh(pool)
-            self._audit(session, now, actor, "create", pool, dict(fields))
+            inventory.audit(session, now, actor, "volume_pool", "create", pool.id, dict(fields))
             return pool
 
     def list_all(self, actor: Actor, page: Page = FIRST_PAGE) -> Sequence[VolumePool]:
@@ -96,7 +95,7 @@ class VolumePoolService:
             pool.updated_at = now
             volume_rows.save(session, pool, properties)
             session.refresh(pool)
-            self._audit(session, now, actor, "update", pool, dict(fields))
+            inventory.audit(session, now, actor, "volume_pool", "update", pool.id, dict(fields))
             return pool
 
     def _check_shrink(
@@ -117,12 +116,10 @@ class VolumePoolService:
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             pool = _load(session, pool_id)
             holders = volume_rows.leases_holding(session, pool.id, now)
-            if holders:
-                raise ResourceInUse(
-                    f"volume pool {pool.id} ({pool.name}) has current or future allocations in "
-                    f"lease(s) {', '.join(holders)}"
-                )
-            self._audit(session, now, actor, "delete", pool, {"name": pool.name})
+            inventory.refuse_if_held(f"volume pool {pool.id} ({pool.name})", holders)
+            inventory.audit(
+                session, now, actor, "volume_pool", "delete", pool.id, {"name": pool.name}
+            )
             volume_rows.remove(session, pool)
 
     def allocations(
@@ -138,11 +135,7 @@ class VolumePoolService:
     ) -> list[PoolAllocations]:
         """Allocations per pool from ``start`` (default now) on, a page of pools at a time; a
         caller whom the ``admin`` rule does not cover sees only their project's."""
-        self.ctx.policy.enforce(
-            actor,
-            f"{RULES}:get_allocations",
-            {"project_id": actor.project_id, "user_id": actor.user_id},
-        )
+        self.ctx.policy.enforce(actor, f"{RULES}:get_allocations", actor.owner())
         since = start or self.ctx.clock.now()
         with self.ctx.db.reader() as session:
             if pool_id is not None:
@@ -158,42 +151,18 @@ class VolumePoolService:
                 start=since,
                 end=end,
             )
-        per_pool: dict[int, list[volume_rows.PoolAllocation]] = {p.id: [] for p in pools}
-        for row in rows:
-            per_pool[row.pool_id].append(row)
+        per_pool = inventory.grouped([p.id for p in pools], rows, lambda row: row.pool_id)
         return [PoolAllocations(p, r) for p, r in per_pool.items()]
 
     def _page(self, session: Session, page: Page) -> Sequence[VolumePool]:
-        marker = None
-        if page.marker is not None:
-            marker = _find(session, page.marker)
-            if marker is None:
-                raise InvalidInput("marker", f"no volume pool {page.marker}")
-        return volume_rows.list_page(
+        return inventory.page_of(
             session,
-            limit=page.size(self.ctx.settings.max_page_size),
-            marker=marker,
-            sort_key=page.key(volume_rows.SORT_KEYS),
-            descending=page.sort_dir == "desc",
-        )
-
-    @staticmethod
-    def _audit(
-        session: Session,
-        now: dt.datetime,
-        actor: Actor,
-        action: str,
-        pool: VolumePool,
-        detail: Mapping[str, Any],
-    ) -> None:
-        audit.record(
-            session,
-            at=now,
-            actor=actor,
-            action=f"volume_pool.{action}",
-            target_type="volume_pool",
-            target_id=str(pool.id),
-            detail=detail,
+            page,
+            what="volume pool",
+            find=_find,
+            rows=volume_rows.list_page,
+            sort_keys=volume_rows.SORT_KEYS,
+            cap=self.ctx.settings.max_page_size,
         )
 
 

@@ -27,7 +27,6 @@ from climate.db import migrate
 from climate.db.engine import Database
 from climate.db.tables import Assignment, AuditLog, Event, OutboxMessage
 from climate.domain.clock import ManualClock
-from climate.domain.status import EventStatus, EventType
 from climate.errors import BackendError, Conflict, Forbidden
 from climate.manager.service import Manager
 from climate.runtime import build_context
@@ -512,19 +511,17 @@ class Recording(StandaloneBackend):
 
 @pytest.mark.parametrize("webhooks", [False, True], ids=["no-webhooks", "webhooks"])
 @pytest.mark.parametrize("planned", [False, True], ids=["claimed", "planned"])
-def test_only_the_before_end_event_at_before_end_date_runs_the_action(
+def test_a_reminder_only_notifies_and_the_before_end_event_runs_the_action(
     settings: Settings, db: Database, clock: ManualClock, planned: bool, webhooks: bool
 ) -> None:
     hooks = ("http://127.0.0.1:9/hook",) if webhooks else ()
     ctx = build_context(replace(settings, webhooks=hooks), db, clock)
     add_hosts(HostService(ctx), 1)
     end = T0 + 4 * HOUR
-    request = host_request("l", T0, end, before_end=end - HOUR)
+    request = replace(host_request("l", T0, end, before_end=end - HOUR), reminders=[2 * HOUR])
     request.reservations[0].fields["before_end"] = "notification"
     lease = LeaseService(ctx).create(ALICE_ACTOR, request)
     reminder = end - 2 * HOUR
-    with db.transaction() as session:
-        session.add(_before_end_event(lease.id, reminder))
     backend = Recording()
     manager = Manager(ctx, backend)
 
@@ -546,21 +543,6 @@ def test_only_the_before_end_event_at_before_end_date_runs_the_action(
     assert sorted(done) == ["DONE", "DONE", "DONE", "UNDONE"]
     if webhooks:
         assert topics == ["lease.create", "lease.start", "lease.before_end", "lease.before_end"]
-
-
-def _before_end_event(lease_id: str, when: dt.datetime) -> Event:
-    """A second before-end event, as a lease's extra reminders are."""
-    return Event(
-        lease_id=lease_id,
-        event_type=EventType.BEFORE_END_LEASE,
-        time=when,
-        not_before=when,
-        priority=2,
-        seq=1,
-        status=EventStatus.UNDONE,
-        attempts=0,
-        created_at=when,
-    )
 
 
 # -- the migration --------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """A lease's before-end offset and reminders, end to end: a live server with the manager
-running on the real clock, over SQLite and PostgreSQL. Notifications are read from the outbox."""
+running on the real clock, over SQLite and PostgreSQL. Notifications are read from the outbox.
+Reminders of leases without events yet (waiting, held) are stored and made when admitted."""
 
 from __future__ import annotations
 
@@ -11,11 +12,18 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from alembic import command
+from sqlalchemy import inspect, select
 
 from climate.config import Settings
-from climate.db.tables import OutboxMessage
-from tests.conftest import LiveServer, serve
+from climate.db import migrate
+from climate.db.engine import Database
+from climate.db.tables import Lease, OutboxMessage
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseService
+from tests.conftest import ALICE as ALICE_ACTOR
+from tests.conftest import T0, LiveServer, serve
+from tests.helpers import add_hosts, host_request
 
 ALICE = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
 WIRE = "%Y-%m-%dT%H:%M:%S.%f"
@@ -24,7 +32,11 @@ WIRE = "%Y-%m-%dT%H:%M:%S.%f"
 @pytest.fixture
 def server(settings: Settings, database_url: str) -> Iterator[LiveServer]:
     hooked = dataclasses.replace(
-        settings, webhooks=("http://127.0.0.1:9/hook",), webhook_max_attempts=1
+        settings,
+        webhooks=("http://127.0.0.1:9/hook",),
+        webhook_max_attempts=1,
+        retry_interval_seconds=0.3,
+        queue_poll_seconds=0.2,
     )
     with serve(hooked, database_url) as live:
         yield live
@@ -230,7 +242,6 @@ def test_a_reminder_that_fired_fires_again_before_a_later_end(
         ({"before_end_offset": "PT5H"}, "before_end_offset"),
         ({"before_end_offset": "later"}, "before_end_offset"),
         ({"before_end_offset": "PT1H", "before_end_date": "2031-01-01 10:00"}, "before_end_offset"),
-        ({"reminders": ["PT1H"], "hold": {"expires_in": 600}}, "reminders"),
     ],
 )
 def test_bad_reminders_are_refused_naming_the_field(
@@ -282,3 +293,140 @@ def test_a_refused_leases_offers_keep_its_reminders(http: httpx.Client) -> None:
     assert when(accepted["end_date"]) - when(accepted["before_end_date"]) == dt.timedelta(
         minutes=30
     )
+
+
+# -- leases without events yet: waiting (retry, best effort) and held -----------------------
+
+
+def occupy(http: httpx.Client) -> dict[str, Any]:
+    """The only host, taken now until it is deleted."""
+    occupant = create(http, body("occupant", later(hours=1), lease_type="immediate"))
+    assert occupant["status"] == "ACTIVE"
+    return occupant
+
+
+def test_a_waiting_retry_lease_gets_its_reminders_when_admitted(http: httpx.Client) -> None:
+    occupant = occupy(http)
+    waiting = create(
+        http,
+        body(
+            "retry",
+            later(hours=2),
+            lease_type="retry",
+            retries=5,
+            before_end_offset="PT20M",
+            reminders=["PT10M", "PT30M"],
+        ),
+    )
+    assert (waiting["status"], waiting["events"]) == ("IN_PROGRESS", [])
+    assert waiting["reminders"] == ["PT30M", "PT10M"]
+    shown = http.get(f"/v1/leases/{waiting['id']}").json()["lease"]
+    assert (shown["reminders"], shown["events"]) == (["PT30M", "PT10M"], [])
+    length = when(waiting["end_date"]) - when(waiting["start_date"])
+    time.sleep(1)  # admitted a second later at least: every date shifts by that much
+    http.delete(f"/v1/leases/{occupant['id']}").raise_for_status()
+    wait_for(http, waiting["id"], "ACTIVE")
+    admitted = http.get(f"/v1/leases/{waiting['id']}").json()["lease"]
+    end = when(admitted["end_date"])
+    assert end - when(admitted["start_date"]) == length
+    assert end - when(waiting["end_date"]) >= dt.timedelta(seconds=1)
+    assert admitted["reminders"] == ["PT30M", "PT10M"]
+    assert end - when(admitted["before_end_date"]) == dt.timedelta(minutes=20)
+    events = before_end_events(admitted)
+    assert [end - when(e["time"]) for e in events] == [
+        dt.timedelta(minutes=m) for m in (30, 20, 10)
+    ]
+    assert all(e["status"] == "UNDONE" for e in events)
+
+
+def test_a_best_effort_leases_reminder_fires_once_it_is_admitted(
+    server: LiveServer, http: httpx.Client
+) -> None:
+    occupant = occupy(http)
+    waiting = create(
+        http,
+        body(
+            "hunt",
+            later(seconds=6),
+            lease_type="best_effort",
+            deadline=iso(later(minutes=5)),
+            reminders=["PT4S"],
+        ),
+    )
+    assert (waiting["status"], waiting["events"], waiting["reminders"]) == (
+        "IN_PROGRESS",
+        [],
+        ["PT4S"],
+    )
+    http.delete(f"/v1/leases/{occupant['id']}").raise_for_status()
+    wait_for(http, waiting["id"], "TERMINATED")
+    ended = http.get(f"/v1/leases/{waiting['id']}").json()["lease"]
+    assert ended["reminders"] == ["PT4S"]
+    # The action at the start of a lease shorter than the default hour, then the reminder.
+    action, reminder = before_end_events(ended)
+    assert when(action["time"]) == when(ended["start_date"])
+    assert when(ended["end_date"]) - when(reminder["time"]) == dt.timedelta(seconds=4)
+    assert reminder["status"] == "DONE" and reminder["attempts"] > 0
+    assert len(notified(server, waiting["id"], "lease.before_end")) == 2
+
+
+def test_a_hold_gets_its_reminders_when_confirmed(http: httpx.Client) -> None:
+    start = later(hours=1).replace(microsecond=0)
+    end = start + dt.timedelta(hours=3)
+    held = create(
+        http,
+        {
+            **body("held", end, reminders=["PT10M", "PT2H"], hold={"expires_in": 600}),
+            "start_date": iso(start),
+        },
+    )
+    assert (held["status"], held["events"], held["reminders"]) == ("HELD", [], ["PT2H", "PT10M"])
+    confirmed = http.post(f"/v1/leases/{held['id']}/confirm")
+    assert confirmed.status_code == 200, confirmed.text
+    lease = confirmed.json()["lease"]
+    assert lease["reminders"] == ["PT2H", "PT10M"]
+    events = before_end_events(lease)
+    assert [when(e["time"]) for e in events] == [
+        end - dt.timedelta(hours=2),
+        end - dt.timedelta(hours=1),  # the before-end action, by default
+        end - dt.timedelta(minutes=10),
+    ]
+    assert all(e["status"] == "UNDONE" for e in events)
+    replaced = http.put(f"/v1/leases/{held['id']}", json={"reminders": ["PT30M"]}).json()["lease"]
+    assert replaced["reminders"] == ["PT30M"]
+    assert [when(e["time"]) for e in before_end_events(replaced)] == [
+        end - dt.timedelta(hours=1),
+        end - dt.timedelta(minutes=30),
+    ]
+    cleared = http.put(f"/v1/leases/{held['id']}", json={"reminders": []}).json()["lease"]
+    assert cleared["reminders"] == []
+    assert len(before_end_events(cleared)) == 1
+
+
+def test_a_bad_reminder_of_a_waiting_lease_is_refused(http: httpx.Client) -> None:
+    occupy(http)
+    payload = body("retry", later(hours=1), lease_type="retry", reminders=["PT2H"])
+    refused(http.post("/v1/leases", json=payload), "reminders[0]")
+
+
+def test_the_migration_stores_older_leases_reminders_from_their_events(
+    db: Database, hosts: HostService, leases: LeaseService
+) -> None:
+    """Before revision 0010 a reminder's offset was only its event's distance from the end."""
+    add_hosts(hosts, 1)
+    hour = dt.timedelta(hours=1)
+    request = dataclasses.replace(
+        host_request("older", T0 + hour, T0 + 4 * hour), reminders=[hour / 6, 2 * hour]
+    )
+    reminded = leases.create(ALICE_ACTOR, request)
+    plain = leases.create(ALICE_ACTOR, host_request("plain", T0 + 5 * hour, T0 + 6 * hour))
+    config = migrate._config(db)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0009")
+        assert "reminders" not in {c["name"] for c in inspect(connection).get_columns("leases")}
+    migrate.upgrade(db)
+    with db.reader() as session:
+        assert session.get(Lease, reminded.id).reminders == [7200, 600]  # type: ignore[union-attr]
+        assert session.get(Lease, plain.id).reminders is None  # type: ignore[union-attr]
+    assert leases.get(ALICE_ACTOR, reminded.id).reminders == [7200, 600]

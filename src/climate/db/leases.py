@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -45,14 +45,27 @@ rather than the before-end action at ``before_end_date``: at one instant it runs
 other kind. A reminder's offset is its lease's end minus its time, kept so as the end moves."""
 
 
+def reminder_ids(session: Session, events: Iterable[DueEvent]) -> set[str]:
+    """Which of these due events are reminders: one query for the batch's before-end events
+    (due events carry no priority, to keep the claiming queries lean)."""
+    before_end = [e.id for e in events if e.event_type == EventType.BEFORE_END_LEASE]
+    if not before_end:
+        return set()
+    query = select(Event.id).where(
+        among(session, Event.id, before_end), Event.priority == REMINDER_PRIORITY
+    )
+    return set(session.scalars(query))
+
+
 def reminder_events(lease: Lease) -> list[Event]:
     """The lease's reminder events (``REMINDER_PRIORITY``), in time order."""
     return [e for e in lease.events if e.priority == REMINDER_PRIORITY]
 
 
 def reminder_offsets(lease: Lease) -> list[dt.timedelta]:
-    """How long before the lease's end each of its reminders comes, longest first."""
-    return sorted({lease.end_date - e.time for e in reminder_events(lease)}, reverse=True)
+    """How long before the lease's end each of its reminders comes, longest first (as
+    stored: a lease waiting or held has them before it has their events)."""
+    return sorted((dt.timedelta(seconds=s) for s in lease.reminders or ()), reverse=True)
 
 
 def among(

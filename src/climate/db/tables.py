@@ -130,6 +130,9 @@ class Lease(Timestamped, Base):
     occurrence: Mapped[dt.datetime | None] = mapped_column(default=None)
     """The series' instant this lease was made for (its recurrence id): kept when the
     occurrence is moved, so the series knows which of its instants are taken."""
+    reminders: Mapped[list[int] | None] = mapped_column(JSON, default=None)
+    """Its reminders' offsets before ``end_date``, in seconds, longest first (None: none).
+    Kept from creation, so a lease without events yet (waiting, held) gets them when admitted."""
     reservations: Mapped[list[Reservation]] = relationship(
         back_populates="lease", lazy="selectin", order_by="Reservation.created_at"
     )

@@ -124,9 +124,13 @@ class EventHandlers:
         lease: Lease,
         statuses: Statuses,
         now: dt.datetime,
+        *,
+        reminder: bool = False,
     ) -> Step:
         """What event ``event_id`` of type ``kind`` does to ``lease`` at ``now``.
 
+        :param reminder: a before-end event that only notifies (``lease_rows.reminder_ids``);
+            the one at the lease's ``before_end_date`` also runs the reservations' actions.
         :raises Conflict: a status transition the tables do not allow.
         """
         step = Step(event_id, lease)
@@ -169,8 +173,8 @@ class EventHandlers:
             if status != LeaseStatus.ACTIVE or lease.deleted_at is not None:
                 return step
             step.topic = "lease.before_end"
-            if not is_before_end_action(lease, event_id):
-                return step  # a reminder: it only notifies
+            if reminder:
+                return step
             live = self._live(lease, statuses)
             step.handovers = [self._handover(lease, r, now) for r in live]
             step.actions = [str(r.params.get("before_end", "default")) for r in live]
@@ -352,13 +356,6 @@ class EventHandlers:
             target_id=lease.id,
             detail={"reason": reason, "manager": self.manager},
         )
-
-
-def is_before_end_action(lease: Lease, event_id: str) -> bool:
-    """Whether before-end event ``event_id`` is the one at the lease's ``before_end_date``,
-    which runs the reservations' ``before_end`` actions; the lease's other before-end events
-    are reminders. (The lease's events are loaded for this when they were not already.)"""
-    return any(e.id == event_id and e.time == lease.before_end_date for e in lease.events)
 
 
 def ends_early(lease: Lease, now: dt.datetime) -> bool:

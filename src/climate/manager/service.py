@@ -202,6 +202,7 @@ class Manager:
             events = [e for e in events if e.lease_id not in early]
             statuses = Statuses()
             steps: dict[str, Step | BaseException] = {}
+            reminders = lease_rows.reminder_ids(session, events)
             for event in sorted(events, key=lambda e: (e.round, e.rank)):
                 try:
                     step = self.handlers.decide(
@@ -210,6 +211,7 @@ class Manager:
                         leases[event.lease_id],
                         statuses,
                         due,
+                        reminder=event.id in reminders,
                     )
                 except Exception as exc:
                     steps[event.id] = exc
@@ -271,6 +273,7 @@ class Manager:
                 session, {e.lease_id for e in due}, with_events=self._with_events
             )
             statuses = Statuses()
+            reminders = lease_rows.reminder_ids(session, due)
 
             def decide(event: DueEvent) -> Step | BaseException:
                 try:
@@ -280,6 +283,7 @@ class Manager:
                         leases[event.lease_id],
                         statuses,
                         now,
+                        reminder=event.id in reminders,
                     )
                 except Exception as exc:
                     return exc

@@ -266,10 +266,6 @@ class LeaseService:
         )
         reminders: tuple[dt.timedelta, ...] = ()
         if request.reminders is not None:
-            if request.hold is not None or request.lease_type in WAITING_TYPES:
-                raise InvalidInput(
-                    "reminders", "not for holds, retry or best-effort leases (no events yet)"
-                )
             reminders = _check_reminders(
                 request.reminders, start, request.end, before_end, given=True, started=False
             )
@@ -363,6 +359,7 @@ class LeaseService:
             requested_earliest_start=window.earliest_start if window else None,
             requested_latest_end=window.latest_end if window else None,
             requested_duration_seconds=(int(window.duration.total_seconds()) if window else None),
+            reminders=_stored(checked.reminders),
             created_at=now,
             updated_at=None,
             events=[],
@@ -496,6 +493,7 @@ class LeaseService:
         )
         old_end = lease.end_date
         lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
+        lease.reminders = _stored(reminders)
         self._retime_events(lease, held, now)
         self._place_reminders(session, lease, reminders, old_end, held, now)
         lease.updated_at = now
@@ -562,7 +560,8 @@ class LeaseService:
         session.flush()
 
     def confirm(self, actor: Actor, lease_id: str) -> Lease:
-        """Confirm a hold: it becomes a PENDING lease that starts at its start date.
+        """Confirm a hold: it becomes a PENDING lease that starts at its start date, with its
+        events (its reminders' too, from their stored offsets).
 
         :raises Conflict: the lease is not HELD, or its hold has lapsed.
         """
@@ -578,7 +577,7 @@ class LeaseService:
             lease.status = LeaseStatus.PENDING
             lease.hold_expires_at = None
             lease.updated_at = now
-            lease.events.extend(_events(lease, now))
+            lease.events.extend(_events(lease, now, lease_rows.reminder_offsets(lease)))
             session.flush()
             self._notify(session, "lease.update", lease, now)
             _audit(session, now, actor, "lease.confirm", lease, {"status": LeaseStatus.PENDING})
@@ -638,7 +637,9 @@ class LeaseService:
 
     def admitted_from_queue(self, session: Session, lease: Lease, now: dt.datetime) -> None:
         """Record that waiting ``lease`` was admitted (its reservations over [now, now +
-        its duration), by the caller): PENDING from now, with its events, notified."""
+        its duration), by the caller): PENDING from now, with its events (its reminders' too,
+        from their stored offsets), notified. Its before-end date keeps its distance from
+        the end."""
         shift = now - lease.start_date
         check_lease_transition(lease.status, LeaseStatus.PENDING)
         lease.status = LeaseStatus.PENDING
@@ -649,7 +650,7 @@ class LeaseService:
         if lease.before_end_date is not None:
             lease.before_end_date += shift
         lease.updated_at = now
-        lease.events.extend(_events(lease, now))
+        lease.events.extend(_events(lease, now, lease_rows.reminder_offsets(lease)))
         session.flush()
         self._notify(session, "lease.update", lease, now)
         self.ctx.events_changed(session, now)
@@ -921,6 +922,11 @@ def _events(lease: Lease, now: dt.datetime, reminders: Sequence[dt.timedelta] = 
     events = [_event(lease.id, kind, when, now) for kind, when in wanted if when is not None]
     events.extend(_reminder(lease.id, lease.end_date - offset, now) for offset in reminders)
     return sorted(events, key=lambda e: e.time)
+
+
+def _stored(offsets: Sequence[dt.timedelta]) -> list[int] | None:
+    """Reminders' offsets as ``Lease.reminders`` keeps them: whole seconds, longest first."""
+    return sorted((int(o.total_seconds()) for o in offsets), reverse=True) or None
 
 
 def _reminder(lease_id: str, when: dt.datetime, now: dt.datetime) -> Event:

@@ -15,7 +15,7 @@ import datetime as dt
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -34,7 +34,6 @@ from climate.domain.status import (
     check_reservation_transition,
 )
 from climate.notify import enqueue_lease, enqueue_leases
-from climate.resources.base import end_policy_of, start_policy_of
 from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
@@ -200,21 +199,11 @@ class EventHandlers:
         step.handovers = [self._handover(step.lease, r, now) for r in reservations]
 
     def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
-        resource_type = self.ctx.resource_types[reservation.resource_type]
-        end_policy = end_policy_of(reservation.params)
-        if end_policy is EndPolicy.KEEP_UNTIL_ACK and lease.deleted_at is not None:
+        handover = self.ctx.handover(lease, reservation, now)
+        if handover.end_policy is EndPolicy.KEEP_UNTIL_ACK and lease.deleted_at is not None:
             # A deleted lease cannot be acknowledged: its deletion is the acknowledgement.
-            end_policy = EndPolicy.RELEASE
-        return Handover(
-            lease_id=lease.id,
-            reservation_id=reservation.id,
-            project_id=lease.project_id,
-            resource_type=reservation.resource_type,
-            resource_ids=tuple(resource_type.resource_ids(reservation)),
-            at=now,
-            start_policy=start_policy_of(reservation.params),
-            end_policy=end_policy,
-        )
+            return replace(handover, end_policy=EndPolicy.RELEASE)
+        return handover
 
     @staticmethod
     def _live(lease: Lease, statuses: Statuses) -> list[Reservation]:

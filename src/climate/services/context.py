@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from climate.backends.base import Handover
 from climate.config import Settings
 from climate.db import leases as lease_rows
 from climate.db.engine import Database
+from climate.db.tables import Lease, Reservation
 from climate.domain.clock import Clock
 from climate.errors import InvalidInput
 from climate.policy import Policy, load_policy
-from climate.resources.base import ResourceType
+from climate.resources.base import ResourceType, end_policy_of, start_policy_of
 
 
 def _nothing(_earliest: dt.datetime) -> None:
@@ -37,6 +39,20 @@ class ServiceContext:
         self.policy = load_policy(self.settings.admin_role, self.settings.policy_file)
         for resource_type in self.resource_types.values():
             resource_type.configure(self.settings)
+
+    def handover(self, lease: Lease, reservation: Reservation, at: dt.datetime) -> Handover:
+        """What the backend needs to hand ``reservation``'s resources over or take them back."""
+        resource_type = self.resource_types[reservation.resource_type]
+        return Handover(
+            lease_id=lease.id,
+            reservation_id=reservation.id,
+            project_id=lease.project_id,
+            resource_type=reservation.resource_type,
+            resource_ids=tuple(resource_type.resource_ids(reservation)),
+            at=at,
+            start_policy=start_policy_of(reservation.params),
+            end_policy=end_policy_of(reservation.params),
+        )
 
     def events_changed(self, session: Session, earliest: dt.datetime) -> None:
         """Events now wait from ``earliest`` on: at commit, tell the managers of other processes

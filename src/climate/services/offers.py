@@ -32,6 +32,7 @@ from climate.planner.availability import (
 )
 from climate.planner.calendar import moment, seconds
 from climate.resources import pick
+from climate.resources.base import ResourceType
 from climate.resources.calendar_cache import CalendarCache
 from climate.services.context import ServiceContext
 from climate.services.placing import placers, searchable
@@ -94,6 +95,27 @@ def explaining(
         raise
 
 
+def _offer_search(
+    ctx: ServiceContext,
+    begin: float,
+    finish: float,
+    types: Sequence[ResourceType],
+    params: Sequence[Mapping[str, Any]],
+) -> tuple[SearchRange, dict[str, list[tuple[int, Mapping[str, Any]]]]]:
+    """The range counter-offers look in (the same length, from ``begin`` up to
+    ``offer_search_days`` later) and the searchable reservations by type, with their index."""
+    duration = math.ceil(finish - begin)
+    horizon = ctx.settings.offer_search_days * 86_400
+    search = SearchRange(
+        math.ceil(begin), math.floor(begin) + horizon + duration, duration, OFFER_STEP
+    )
+    by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for i, (rtype, p) in enumerate(zip(types, params, strict=True)):
+        if searchable(rtype):
+            by_type.setdefault(rtype.name, []).append((i, p))
+    return search, by_type
+
+
 def explain(
     ctx: ServiceContext,
     request: LeaseRequest,
@@ -108,15 +130,7 @@ def explain(
     types = [ctx.resource_types[str(r.resource_type)] for r in request.reservations]
     unexplained = tuple((i, t.name) for i, t in enumerate(types) if not searchable(t))
     begin, finish = seconds(start), seconds(end)
-    duration = math.ceil(finish - begin)
-    horizon = ctx.settings.offer_search_days * 86_400
-    search = SearchRange(
-        math.ceil(begin), math.floor(begin) + horizon + duration, duration, OFFER_STEP
-    )
-    by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-    for i, (rtype, p) in enumerate(zip(types, params, strict=True)):
-        if searchable(rtype):
-            by_type.setdefault(rtype.name, []).append((i, p))
+    search, by_type = _offer_search(ctx, begin, finish, types, params)
     offers: list[Offer] = []
     with (
         ctx.db.reader() as session,
@@ -317,15 +331,7 @@ def explain_update(
     unexplained = tuple((i, t.name) for i, t in enumerate(types) if not searchable(t))
     begin_at = max(asked.start, now)
     begin, finish = seconds(begin_at), seconds(asked.end)
-    duration = math.ceil(finish - begin)
-    horizon = ctx.settings.offer_search_days * 86_400
-    search = SearchRange(
-        math.ceil(begin), math.floor(begin) + horizon + duration, duration, OFFER_STEP
-    )
-    by_type: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
-    for i, (rtype, p) in enumerate(zip(types, params, strict=True)):
-        if searchable(rtype):
-            by_type.setdefault(rtype.name, []).append((i, p))
+    search, by_type = _offer_search(ctx, begin, finish, types, params)
     found: list[CounterOffer] = []
     ends: list[float] = []
     with contextlib.suppress(DryRun), ctx.db.transaction(lock=ADMISSION_LOCK) as session:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
@@ -76,14 +76,7 @@ ACKNOWLEDGE = _Action(
 )
 
 
-DISCARD = _Action(
-    rule="blazar:leases:delete",
-    name="reservation.acknowledge",
-    refusal=_acknowledge_refusal,
-    remote=lambda backend: backend.acknowledge_remote,
-    record=lambda backend: backend.acknowledge,
-    stamp=ACKNOWLEDGED_AT,
-)
+DISCARD = replace(ACKNOWLEDGE, rule="blazar:leases:delete")
 """Acknowledging by deleting the lease: the delete rule allows it."""
 
 
@@ -142,7 +135,7 @@ class ReservationActionService:
             lease = self._lease(session, DISCARD, actor, lease_id)
             now = self.ctx.clock.now()
             kept = [
-                self._handover(lease, r, now)
+                self.ctx.handover(lease, r, now)
                 for r in lease.reservations
                 if DISCARD.refusal(r) is None
             ]
@@ -160,7 +153,7 @@ class ReservationActionService:
     def _run(self, action: _Action, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
         with self.ctx.db.reader() as session:
             lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
-            handover = self._handover(lease, reservation, self.ctx.clock.now())
+            handover = self.ctx.handover(lease, reservation, self.ctx.clock.now())
         self._remote(action, handover)
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
@@ -231,16 +224,3 @@ class ReservationActionService:
             actor, action.rule, {"project_id": lease.project_id, "user_id": lease.user_id}
         )
         return lease
-
-    def _handover(self, lease: Lease, reservation: Reservation, now: dt.datetime) -> Handover:
-        resource_type = self.ctx.resource_types[reservation.resource_type]
-        return Handover(
-            lease_id=lease.id,
-            reservation_id=reservation.id,
-            project_id=lease.project_id,
-            resource_type=reservation.resource_type,
-            resource_ids=tuple(resource_type.resource_ids(reservation)),
-            at=now,
-            start_policy=start_policy_of(reservation.params),
-            end_policy=end_policy_of(reservation.params),
-        )

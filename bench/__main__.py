@@ -15,6 +15,7 @@ from bench import machine
 from bench.availability import availability_targets, print_availability, run_availability
 from bench.growth import print_growth, run_growth
 from bench.instances import print_instances, run_instances
+from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixed
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
 from bench.scale import print_scale, run_scale, scale_targets
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
             "growth",
             "availability",
             "instances",
+            "mixed",
             "all",
         ],
         default="all",
@@ -62,6 +64,23 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="scale: seeded future allocations (default %(default)s)",
+    )
+    p.add_argument(
+        "--mixed-clients", type=int, default=32, help="mixed: clients (default %(default)s)"
+    )
+    p.add_argument(
+        "--mixed-seconds",
+        type=float,
+        default=60.0,
+        help="mixed: seconds of load (default %(default)s)",
+    )
+    p.add_argument(
+        "--mixed-hosts", type=int, default=300, help="mixed: hosts (default %(default)s)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="mixed: a smoke run, 10 s on 100 hosts (overrides --mixed-seconds, --mixed-hosts)",
     )
     p.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     p.add_argument(
@@ -272,6 +291,35 @@ def print_profile(profile: dict[str, Any], during: str, inside: str) -> None:
         print(table((f"top by {title}", "samples", "share"), rows[:15], indent="    "))
 
 
+def print_packages(profile: dict[str, Any]) -> None:
+    rows = [
+        (e["package"], e["samples"], f"{e['percent']:.1f}%") for e in profile["self_by_package"]
+    ]
+    print()
+    print(table(("self time by package", "samples", "share"), rows[:15], indent="    "))
+
+
+def _mixed(args: argparse.Namespace, stamp: str) -> dict[str, Any]:
+    config = MixedConfig(
+        clients=args.mixed_clients,
+        seconds=QUICK.seconds if args.quick else args.mixed_seconds,
+        hosts=QUICK.hosts if args.quick else args.mixed_hosts,
+        db=args.db,
+        pg_admin_url=args.pg_admin_url,
+    )
+    profile_path = RESULTS_DIR / f"{stamp}-mixed.pyspy.txt"
+
+    def around(server: RunningServer) -> contextlib.AbstractContextManager[Any]:
+        return sampled(server.pid, profile_path) if args.profile else contextlib.nullcontext()
+
+    result = run_mixed(config, around_load=around, keep=args.keep)
+    if args.profile:
+        profile = read_collapsed(profile_path).as_dict()
+        profile["raw_output"] = str(profile_path)
+        result["profile"] = profile
+    return result
+
+
 @contextlib.contextmanager
 def _server(args: argparse.Namespace) -> Iterator[RunningServer]:
     with climate_server(args.db, pg_admin_url=args.pg_admin_url, keep=args.keep) as server:
@@ -377,6 +425,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         instances = run_instances()
         print_instances(instances)
         results["scenarios"]["instances"] = instances
+    if args.scenario == "mixed":  # not part of "all": a minute of load, see bench/README.md
+        mixed = _mixed(args, stamp)
+        print_mixed(mixed)
+        if args.profile:
+            print_profile(mixed["profile"], "under mixed load", "any server thread")
+            print_packages(mixed["profile"])
+        targets += mixed_targets(mixed)
+        results["scenarios"]["mixed"] = mixed
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

@@ -291,12 +291,16 @@ def print_profile(profile: dict[str, Any], during: str, inside: str) -> None:
         print(table((f"top by {title}", "samples", "share"), rows[:15], indent="    "))
 
 
-def print_packages(profile: dict[str, Any]) -> None:
-    rows = [
-        (e["package"], e["samples"], f"{e['percent']:.1f}%") for e in profile["self_by_package"]
-    ]
-    print()
-    print(table(("self time by package", "samples", "share"), rows[:15], indent="    "))
+def print_breakdown(profile: dict[str, Any]) -> None:
+    """Inclusive time per API function (the endpoints and what they call there), and self time
+    per package."""
+    for key, label, title in (
+        ("inclusive_api", "function", "inclusive time, climate/api"),
+        ("self_by_package", "package", "self time by package"),
+    ):
+        rows = [(e[label], e["samples"], f"{e['percent']:.1f}%") for e in profile[key]]
+        print()
+        print(table((title, "samples", "share"), rows[:15], indent="    "))
 
 
 def _mixed(args: argparse.Namespace, stamp: str) -> dict[str, Any]:
@@ -430,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_mixed(mixed)
         if args.profile:
             print_profile(mixed["profile"], "under mixed load", "any server thread")
-            print_packages(mixed["profile"])
+            print_breakdown(mixed["profile"])
         targets += mixed_targets(mixed)
         results["scenarios"]["mixed"] = mixed
     if args.scenario == "growth":  # not part of "all": see bench/README.md

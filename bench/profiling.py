@@ -58,6 +58,7 @@ class Profile:
             "self": rows("self"),
             "inclusive": rows("inclusive"),
             "inclusive_climate": rows("inclusive", "(climate/"),
+            "inclusive_api": rows("inclusive", "(climate/api/"),
             "self_by_package": [
                 {"package": name, "samples": c, "percent": 100.0 * c / (self.samples or 1)}
                 for name, c in self.package_counts.most_common(n)

@@ -134,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
         help="sample the server with py-spy while it admits leases (create) and while it "
         "applies the events (events); needs py-spy",
     )
+    p.add_argument(
+        "--profile-idle",
+        action="store_true",
+        help="mixed: with --profile, sample waiting threads too and break the wall time of "
+        "lease creations down (lock waits included)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the server's temp dir and log")
     return p
 
@@ -314,12 +320,17 @@ def _mixed(args: argparse.Namespace, stamp: str) -> dict[str, Any]:
     profile_path = RESULTS_DIR / f"{stamp}-mixed.pyspy.txt"
 
     def around(server: RunningServer) -> contextlib.AbstractContextManager[Any]:
-        return sampled(server.pid, profile_path) if args.profile else contextlib.nullcontext()
+        if not args.profile:
+            return contextlib.nullcontext()
+        return sampled(server.pid, profile_path, idle=args.profile_idle)
 
     result = run_mixed(config, around_load=around, keep=args.keep)
     if args.profile:
-        profile = read_collapsed(profile_path).as_dict()
+        # With idle samples, only the stacks of lease creations: where their wall time goes.
+        only = "create_lease" if args.profile_idle else ""
+        profile = read_collapsed(profile_path, only_threads_with=only).as_dict()
         profile["raw_output"] = str(profile_path)
+        profile["idle_included"] = args.profile_idle
         result["profile"] = profile
     return result
 
@@ -433,7 +444,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         mixed = _mixed(args, stamp)
         print_mixed(mixed)
         if args.profile:
-            print_profile(mixed["profile"], "under mixed load", "any server thread")
+            if args.profile_idle:
+                print_profile(mixed["profile"], "under mixed load, idle included", "create_lease")
+            else:
+                print_profile(mixed["profile"], "under mixed load", "any server thread")
             print_breakdown(mixed["profile"])
         targets += mixed_targets(mixed)
         results["scenarios"]["mixed"] = mixed

@@ -113,8 +113,9 @@ def read_collapsed(path: Path, *, only_threads_with: str = "") -> Profile:
 
 
 @contextlib.contextmanager
-def sampled(pid: int, out: Path, rate: int = 200) -> Iterator[Path]:
-    """Record ``pid`` with py-spy for the duration of the block; yields the raw output path."""
+def sampled(pid: int, out: Path, rate: int = 200, *, idle: bool = False) -> Iterator[Path]:
+    """Record ``pid`` with py-spy for the duration of the block; yields the raw output path.
+    With ``idle`` threads waiting (on a lock, a socket) are sampled too: where wall time goes."""
     exe = py_spy_executable()
     if exe is None:
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
@@ -133,6 +134,7 @@ def sampled(pid: int, out: Path, rate: int = 200) -> Iterator[Path]:
             "--nonblocking",
             "--output",
             str(out),
+            *(["--idle"] if idle else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

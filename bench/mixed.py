@@ -146,6 +146,8 @@ def run_mixed(
             str(config.clients),
             "--seconds",
             str(config.seconds),
+            "--hosts",
+            str(config.hosts),
             "--out",
             str(out),
         ]

@@ -1,11 +1,11 @@
 """The load client of the ``mixed`` scenario, run in a process of its own.
 
-``python -m bench.mixed_client --base-url URL --clients C --seconds S --out PATH`` starts C
-threads, each with one keep-alive ``http.client`` connection (the lightest client the standard
-library has: the clients share the machine with the server under test), and sends requests back
-to back, without think time, for S seconds: a weighted mix of lease creations (whole hosts and
-instances, random future windows, some asking for more GPU hosts than exist so that they are
-refused), lists, gets, updates (extend, shrink, rename), deletes of the thread's own leases,
+``python -m bench.mixed_client --base-url URL --clients C --seconds S --hosts H --out PATH``
+starts C threads, each with one keep-alive ``http.client`` connection (the lightest client the
+standard library has: the clients share the machine with the server under test), and sends
+requests back to back, without think time, for S seconds: a weighted mix of lease creations
+(whole hosts and instances, random future windows over 30 days; some ask for a few of the scarce
+GPU hosts, some for more GPU hosts than the H hosts have, which are refused), lists, gets, updates (extend, shrink, rename), deletes of the thread's own leases,
 availability searches, allocation lists and capacity timelines. Creations outnumber deletions,
 so the database grows while it runs. Every request is recorded as
 ``[operation, status, started, finished, error_name]`` (seconds since the run began; status 0 is
@@ -30,7 +30,7 @@ from urllib.parse import urlencode, urlsplit
 
 HTTP_TIMEOUT = 120.0
 GPU = '["==", "$gpu", "true"]'
-"""One host in ten has ``gpu=true`` (``bench.scenarios.host_body``)."""
+"""Hosts 0, 10, 20... have ``gpu=true`` (``bench.scenarios.host_body``)."""
 
 WEIGHTS: dict[str, int] = {
     "create host lease": 16,
@@ -60,6 +60,7 @@ class Worker:
     base_url: str
     began: float
     deadline: float
+    gpu_hosts: int
     records: list[list[Any]] = field(default_factory=list)
     mine: dict[str, tuple[dt.datetime, dt.datetime]] = field(default_factory=dict)
     made: int = 0
@@ -142,9 +143,11 @@ class Worker:
             self.mine[answer["lease"]["id"]] = (start, end)
 
     def create_host_lease(self) -> None:
-        if self.random.random() < 0.15:
-            count = self.random.randint(2, 6)  # among the few GPU hosts: often refused
-            properties = GPU
+        draw = self.random.random()
+        if draw < 0.05:  # more GPU hosts than exist: refused, with counter-offers
+            count, properties = self.gpu_hosts + self.random.randint(1, 4), GPU
+        elif draw < 0.2:  # a few of the scarce GPU hosts
+            count, properties = self.random.randint(2, 6), GPU
         else:
             count, properties = self.random.randint(1, 3), ""
         reservation = {
@@ -246,9 +249,10 @@ class Worker:
         self.call("timeline", "GET", f"/v1/availability/timeline?{urlencode(query)}")
 
 
-def run(base_url: str, clients: int, seconds: float) -> dict[str, Any]:
+def run(base_url: str, clients: int, seconds: float, hosts: int) -> dict[str, Any]:
     began, epoch = time.monotonic(), time.time()
-    workers = [Worker(i, base_url, began, began + seconds) for i in range(clients)]
+    gpu_hosts = (hosts + 9) // 10
+    workers = [Worker(i, base_url, began, began + seconds, gpu_hosts) for i in range(clients)]
     threads = [threading.Thread(target=w.run, name=f"mixed-{w.number}") for w in workers]
     for thread in threads:
         thread.start()
@@ -268,9 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--hosts", type=int, required=True, help="hosts the server has")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    args.out.write_text(json.dumps(run(args.base_url, args.clients, args.seconds)))
+    args.out.write_text(json.dumps(run(args.base_url, args.clients, args.seconds, args.hosts)))
     return 0
 
 

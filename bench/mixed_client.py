@@ -5,9 +5,10 @@ starts C threads, each with one keep-alive ``http.client`` connection (the light
 standard library has: the clients share the machine with the server under test), and sends
 requests back to back, without think time, for S seconds: a weighted mix of lease creations
 (whole hosts and instances, random future windows over 30 days; some ask for a few of the scarce
-GPU hosts, some for more GPU hosts than the H hosts have, which are refused), lists, gets, updates (extend, shrink, rename), deletes of the thread's own leases,
-availability searches, allocation lists and capacity timelines. Creations outnumber deletions,
-so the database grows while it runs. Every request is recorded as
+GPU hosts, some for more GPU hosts than the H hosts have, which are refused), lists, gets,
+updates (extend, shrink, rename), deletes of the thread's own leases, availability searches,
+allocation lists and capacity timelines. Creations outnumber deletions, so the database grows
+while it runs. Every request is recorded as
 ``[operation, status, started, finished, error_name]`` (seconds since the run began; status 0 is
 a transport error) and written with the client's own CPU time as JSON to PATH.
 """

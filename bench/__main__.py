@@ -286,7 +286,8 @@ def print_events(r: dict[str, Any]) -> None:
 def print_profile(profile: dict[str, Any], during: str, inside: str) -> None:
     print()
     threads = ", ".join(f"{name} {n}" for name, n in sorted(profile["threads"].items()))
-    print(f"  server profile {during} (py-spy, non-idle samples per thread: {threads})")
+    kind = "samples" if profile.get("idle_included") else "non-idle samples"
+    print(f"  server profile {during} (py-spy, {kind} per thread: {threads})")
     print(f"  shares below are of the {profile['samples']} samples inside {inside}")
     for which, title in (
         ("inclusive_climate", "inclusive time, climate code"),

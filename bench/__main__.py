@@ -15,6 +15,7 @@ from bench import machine
 from bench.availability import availability_targets, print_availability, run_availability
 from bench.growth import print_growth, run_growth
 from bench.instances import print_instances, run_instances
+from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixed
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
 from bench.scale import print_scale, run_scale, scale_targets
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
             "growth",
             "availability",
             "instances",
+            "mixed",
             "all",
         ],
         default="all",
@@ -62,6 +64,23 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="scale: seeded future allocations (default %(default)s)",
+    )
+    p.add_argument(
+        "--mixed-clients", type=int, default=32, help="mixed: clients (default %(default)s)"
+    )
+    p.add_argument(
+        "--mixed-seconds",
+        type=float,
+        default=60.0,
+        help="mixed: seconds of load (default %(default)s)",
+    )
+    p.add_argument(
+        "--mixed-hosts", type=int, default=300, help="mixed: hosts (default %(default)s)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="mixed: a smoke run, 10 s on 100 hosts (overrides --mixed-seconds, --mixed-hosts)",
     )
     p.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     p.add_argument(
@@ -114,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="sample the server with py-spy while it admits leases (create) and while it "
         "applies the events (events); needs py-spy",
+    )
+    p.add_argument(
+        "--profile-idle",
+        action="store_true",
+        help="mixed: with --profile, sample waiting threads too and break the wall time of "
+        "lease creations down (lock waits included)",
     )
     p.add_argument("--keep", action="store_true", help="keep the server's temp dir and log")
     return p
@@ -261,7 +286,8 @@ def print_events(r: dict[str, Any]) -> None:
 def print_profile(profile: dict[str, Any], during: str, inside: str) -> None:
     print()
     threads = ", ".join(f"{name} {n}" for name, n in sorted(profile["threads"].items()))
-    print(f"  server profile {during} (py-spy, non-idle samples per thread: {threads})")
+    kind = "samples" if profile.get("idle_included") else "non-idle samples"
+    print(f"  server profile {during} (py-spy, {kind} per thread: {threads})")
     print(f"  shares below are of the {profile['samples']} samples inside {inside}")
     for which, title in (
         ("inclusive_climate", "inclusive time, climate code"),
@@ -270,6 +296,44 @@ def print_profile(profile: dict[str, Any], during: str, inside: str) -> None:
         rows = [(e["function"], e["samples"], f"{e['percent']:.1f}%") for e in profile[which]]
         print()
         print(table((f"top by {title}", "samples", "share"), rows[:15], indent="    "))
+
+
+def print_breakdown(profile: dict[str, Any]) -> None:
+    """Inclusive time per API function (the endpoints and what they call there), and self time
+    per package."""
+    for key, label, title in (
+        ("inclusive_api", "function", "inclusive time, climate/api"),
+        ("self_by_package", "package", "self time by package"),
+    ):
+        rows = [(e[label], e["samples"], f"{e['percent']:.1f}%") for e in profile[key]]
+        print()
+        print(table((title, "samples", "share"), rows[:15], indent="    "))
+
+
+def _mixed(args: argparse.Namespace, stamp: str) -> dict[str, Any]:
+    config = MixedConfig(
+        clients=args.mixed_clients,
+        seconds=QUICK.seconds if args.quick else args.mixed_seconds,
+        hosts=QUICK.hosts if args.quick else args.mixed_hosts,
+        db=args.db,
+        pg_admin_url=args.pg_admin_url,
+    )
+    profile_path = RESULTS_DIR / f"{stamp}-mixed.pyspy.txt"
+
+    def around(server: RunningServer) -> contextlib.AbstractContextManager[Any]:
+        if not args.profile:
+            return contextlib.nullcontext()
+        return sampled(server.pid, profile_path, idle=args.profile_idle)
+
+    result = run_mixed(config, around_load=around, keep=args.keep)
+    if args.profile:
+        # With idle samples, only the stacks of lease creations: where their wall time goes.
+        only = "create_lease" if args.profile_idle else ""
+        profile = read_collapsed(profile_path, only_threads_with=only).as_dict()
+        profile["raw_output"] = str(profile_path)
+        profile["idle_included"] = args.profile_idle
+        result["profile"] = profile
+    return result
 
 
 @contextlib.contextmanager
@@ -377,6 +441,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         instances = run_instances()
         print_instances(instances)
         results["scenarios"]["instances"] = instances
+    if args.scenario == "mixed":  # not part of "all": a minute of load, see bench/README.md
+        mixed = _mixed(args, stamp)
+        print_mixed(mixed)
+        if args.profile:
+            if args.profile_idle:
+                print_profile(mixed["profile"], "under mixed load, idle included", "create_lease")
+            else:
+                print_profile(mixed["profile"], "under mixed load", "any server thread")
+            print_breakdown(mixed["profile"])
+        targets += mixed_targets(mixed)
+        results["scenarios"]["mixed"] = mixed
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

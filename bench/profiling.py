@@ -35,6 +35,8 @@ class Profile:
     """Samples per thread name, before any filtering."""
     self_counts: Counter[str] = field(default_factory=Counter)
     inclusive_counts: Counter[str] = field(default_factory=Counter)
+    package_counts: Counter[str] = field(default_factory=Counter)
+    """Self time per package (``climate.<subpackage>``, ``sqlalchemy``, ``json``...)."""
 
     def top(self, which: str, n: int, *, within: str = "") -> list[tuple[str, int, float]]:
         """The ``n`` heaviest functions (those whose path contains ``within``), with shares."""
@@ -56,6 +58,11 @@ class Profile:
             "self": rows("self"),
             "inclusive": rows("inclusive"),
             "inclusive_climate": rows("inclusive", "(climate/"),
+            "inclusive_api": rows("inclusive", "(climate/api/"),
+            "self_by_package": [
+                {"package": name, "samples": c, "percent": 100.0 * c / (self.samples or 1)}
+                for name, c in self.package_counts.most_common(n)
+            ],
         }
 
 
@@ -69,6 +76,16 @@ def _frame_name(frame: str) -> str:
             path = path.split(marker, 1)[1]
             break
     return f"{name} ({path})" if path else name
+
+
+def _package(name: str) -> str:
+    """``climate.planner`` for ``f (climate/planner/x.py)``, ``sqlalchemy`` for
+    ``f (sqlalchemy/orm/session.py)``, ``json`` for ``f (json/encoder.py)``."""
+    path = name.rpartition(" (")[2].rstrip(")")
+    parts = path.removesuffix(".py").split("/")
+    if parts[0] == "climate" and len(parts) > 2:
+        return ".".join(parts[:2])
+    return parts[0] or "(unknown)"
 
 
 def read_collapsed(path: Path, *, only_threads_with: str = "") -> Profile:
@@ -89,14 +106,16 @@ def read_collapsed(path: Path, *, only_threads_with: str = "") -> Profile:
             continue
         profile.samples += count
         profile.self_counts[frames[-1]] += count
+        profile.package_counts[_package(frames[-1])] += count
         for name in set(frames):
             profile.inclusive_counts[name] += count
     return profile
 
 
 @contextlib.contextmanager
-def sampled(pid: int, out: Path, rate: int = 200) -> Iterator[Path]:
-    """Record ``pid`` with py-spy for the duration of the block; yields the raw output path."""
+def sampled(pid: int, out: Path, rate: int = 200, *, idle: bool = False) -> Iterator[Path]:
+    """Record ``pid`` with py-spy for the duration of the block; yields the raw output path.
+    With ``idle`` threads waiting (on a lock, a socket) are sampled too: where wall time goes."""
     exe = py_spy_executable()
     if exe is None:
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
@@ -115,6 +134,7 @@ def sampled(pid: int, out: Path, rate: int = 200) -> Iterator[Path]:
             "--nonblocking",
             "--output",
             str(out),
+            *(["--idle"] if idle else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ from sqlalchemy import text
 
 from climate.config import Settings, load_settings
 from climate.errors import InvalidInput
+from climate.keystone import service_credentials
 from climate.services.tokens import TokenService
 from tests.conftest import LiveServer, serve
 
@@ -431,3 +433,31 @@ def test_noauth_refuses_a_public_address_unless_forced(host: str) -> None:
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
 def test_noauth_may_listen_on_loopback(host: str) -> None:
     load_settings(env={}).check_bind(host)
+
+
+# -- keystone settings (the live checks are in tests/openstack/test_keystone.py) -----------------
+
+
+def test_keystone_service_user_comes_from_the_file_or_os_variables_a_missing_key_is_named(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "climate.toml"
+    config.write_text(
+        '[climate]\nauth = "keystone"\nos_auth_url = "http://keystone:5000/v3"\n'
+        'os_username = "climate"\nos_password = "from-file"\nos_project_name = "service"\n'
+        'os_user_domain_name = "Default"\n'
+    )
+    with pytest.raises(InvalidInput, match=r"OS_PROJECT_DOMAIN_NAME \(os_project_domain_name\)"):
+        load_settings(str(config), env={})
+    env = {"OS_PROJECT_DOMAIN_NAME": "Default", "OS_PASSWORD": "from-env"}
+    credentials = service_credentials(load_settings(str(config), env=env))
+    assert credentials.auth["project_domain_name"] == "Default"
+    assert credentials.auth["password"] == "from-env"
+    both = {**env, "CLIMATE_OS_PASSWORD": "from-climate-variable"}
+    assert service_credentials(load_settings(str(config), env=both)).auth["password"] == (
+        "from-climate-variable"
+    )
+    with pytest.raises(InvalidInput, match=r"OS_AUTH_TYPE \(os_auth_type\)"):
+        load_settings(str(config), env={**env, "OS_AUTH_TYPE": "token"})
+    # Noauth ignores the OS_* variables an operator's shell may hold.
+    assert load_settings(env={"OS_AUTH_URL": "x"}).auth == "noauth"

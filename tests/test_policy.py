@@ -44,6 +44,43 @@ def test_defaults_let_members_manage_their_own_leases_and_admins_everything() ->
     assert (policy.scope(MEMBER), policy.scope(ADMIN)) == ("project-a", None)
 
 
+def test_defaults_are_blazars_secure_rbac_readers_read_members_write() -> None:
+    policy = load_policy("admin")
+    reader = Actor("rita", "project-a", frozenset({"reader"}))
+    assert policy.allows(reader, "blazar:leases:get", OWN)
+    assert not policy.allows(reader, "blazar:leases:get", OTHERS)
+    for rule in ("blazar:leases:post", "blazar:leases:put", "blazar:leases:delete"):
+        assert not policy.allows(reader, rule, OWN)
+        assert policy.allows(MEMBER, rule, OWN)
+    # A role that is none of Keystone's reads nothing.
+    outsider = Actor("olga", "project-a", frozenset({"observer"}))
+    assert not policy.allows(outsider, "blazar:leases:get", OWN)
+    # Keystone's implied roles: admin implies manager, member and reader.
+    assert policy.allows(ADMIN, "project_reader_api", {"project_id": "ops"})
+    assert policy.rules["project_member_or_admin"] == "rule:project_member_api or rule:admin"
+    assert policy.rules["blazar:leases:post"] == "rule:project_member_or_admin"
+    assert policy.rules["blazar:leases:get"] == "rule:project_reader_or_admin"
+
+
+def test_a_blazar_policy_yaml_file_is_read_as_blazar_reads_it(tmp_path: Path) -> None:
+    """A Blazar site's policy.yaml (oslopolicy-sample-generator's shape) works unchanged."""
+    blazar_file = write(
+        tmp_path,
+        "policy.yaml",
+        '# "admin": "is_admin:True or role:admin"\n'
+        '"admin": "is_admin:True or role:admin or role:cloud-operator"\n'
+        '"project_reader_api": "role:reader and project_id:%(project_id)s"\n'
+        '"blazar:oshosts:get": "rule:admin or role:observer"\n',
+    )
+    policy = load_policy("admin", blazar_file)
+    operator = Actor("olga", "ops", frozenset({"cloud-operator"}))
+    assert policy.allows(operator, "blazar:oshosts:post")
+    assert policy.scope(operator) is None
+    assert policy.allows(Actor("o", "p", frozenset({"observer"})), "blazar:oshosts:get")
+    assert not policy.allows(MEMBER, "blazar:oshosts:get")
+    assert not Policy({**default_rules("admin"), "admin": "is_admin:True"}).allows(ADMIN, "admin")
+
+
 def test_the_admin_rule_follows_the_configured_admin_role() -> None:
     policy = load_policy("cloud-admin")
     assert not policy.allows(ADMIN, "blazar:oshosts:post")

@@ -60,6 +60,32 @@ class Settings:
         "m1.xlarge=8:16384:160"
     )
     """Heat flavors a stack template may name, ``name=vcpus:memory_mb:disk_gb`` by commas."""
+    # The service user (auth = "keystone"), under the names the ``openstack`` command reads: each
+    # also comes from its ``OS_*`` variable (OS_AUTH_URL, ...); ``os_cloud`` names a cloud of a
+    # clouds.yaml whose entries the others override (docs/keystone.md).
+    os_cloud: str = ""
+    os_client_config_file: str = ""
+    os_auth_type: str = ""
+    os_auth_url: str = ""
+    os_username: str = ""
+    os_user_id: str = ""
+    os_password: str = ""
+    os_project_name: str = ""
+    os_project_id: str = ""
+    os_user_domain_name: str = ""
+    os_user_domain_id: str = ""
+    os_project_domain_name: str = ""
+    os_project_domain_id: str = ""
+    os_application_credential_id: str = ""
+    os_application_credential_name: str = ""
+    os_application_credential_secret: str = ""
+    os_region_name: str = ""
+    os_interface: str = ""
+    keystone_www_authenticate_uri: str = ""
+    """The Keystone address clients are told to authenticate at (401s); default: the auth URL."""
+    keystone_token_cache_seconds: int = 300
+    """How long a validated token is trusted without asking Keystone again (keystonemiddleware's
+    ``token_cache_time``): a revoked token keeps working that long."""
 
     @property
     def effective_database_url(self) -> str:
@@ -112,6 +138,8 @@ def load_settings(
         key = f"CLIMATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
+        elif name.startswith("os_") and name.upper() in env:
+            values[name] = env[name.upper()]
     values.update({k: v for k, v in overrides.items() if v is not None})
     unknown = set(values) - set(fields)
     if unknown:
@@ -121,8 +149,19 @@ def load_settings(
     except ValueError as exc:
         raise InvalidInput("config", str(exc)) from exc
     settings = Settings(**coerced)  # type: ignore[arg-type]
-    if settings.auth not in {"noauth", "token"}:
-        raise InvalidInput("auth", f"must be 'noauth' or 'token', not {settings.auth!r}")
+    if settings.auth not in {"noauth", "token", "keystone"}:
+        raise InvalidInput(
+            "auth", f"must be 'noauth', 'token' or 'keystone', not {settings.auth!r}"
+        )
+    if settings.auth == "keystone":
+        from climate.keystone import service_credentials
+
+        service_credentials(settings)
+    if settings.keystone_token_cache_seconds < 0:
+        raise InvalidInput(
+            "keystone_token_cache_seconds",
+            f"must be 0 or more, not {settings.keystone_token_cache_seconds}",
+        )
     if settings.max_page_size < 1:
         raise InvalidInput("max_page_size", f"must be at least 1, not {settings.max_page_size}")
     for ratio in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):

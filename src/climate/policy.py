@@ -5,23 +5,28 @@ A rule is an expression over the caller (an ``Actor``) and a target (a mapping s
 
     @                          always
     !                          never
-    role:admin                 the caller has the role ``admin``
+    role:admin                 the caller has the role ``admin`` (or a role implying it)
     rule:admin_or_owner        the named rule holds
     project_id:%(project_id)s  the caller's project_id equals the target's project_id
     user_id:alice              the caller's user_id is ``alice``
     not X,  X and Y,  X or Y,  ( X )      (``not`` binds tightest, then ``and``, then ``or``)
 
 The caller's attributes are ``project_id``, ``user_id`` and ``role``. An empty rule is ``@``.
+``is_admin:True``, from Blazar's files, never holds: it names oslo.context's internal admin
+contexts, and no API caller is one.
 Rules are parsed once, when the policy is built: a bad file stops the service at startup.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import yaml
 
 from climate.domain.actor import Actor
 from climate.errors import Forbidden, InvalidInput
@@ -33,22 +38,39 @@ ADMIN = "admin"
 """The rule that decides who sees every project's leases and allocations."""
 
 
+IMPLIED_ROLES: Mapping[str, frozenset[str]] = {
+    "admin": frozenset({"manager"}),
+    "manager": frozenset({"member"}),
+    "member": frozenset({"reader"}),
+}
+"""Keystone's default role implications (``openstack implied role list``): Keystone puts the
+implied roles into its tokens, and the policy applies them to every caller alike, so that
+``X-Roles: member`` from noauth or a Climate token also reads."""
+
+
 def default_rules(admin_role: str) -> dict[str, str]:
-    """The defaults: members manage their own leases and read their own allocations and the
-    public host properties; everything about hosts and the audit log is for admins."""
+    """Blazar's secure-RBAC defaults (project scope): readers of a project read its leases,
+    members also manage them, admins everything; hosts and the audit log are for admins.
+    ``admin_or_owner`` is kept, as in Blazar, for operators' files that still refer to it."""
+    owner_read = "rule:project_reader_or_admin"
+    owner_write = "rule:project_member_or_admin"
     return {
         ADMIN: f"role:{admin_role}",
         "admin_or_owner": "rule:admin or project_id:%(project_id)s",
-        "blazar:leases:get": "rule:admin_or_owner",
-        "blazar:leases:post": "rule:admin_or_owner",
-        "blazar:leases:put": "rule:admin_or_owner",
-        "blazar:leases:delete": "rule:admin_or_owner",
+        "project_member_api": "role:member and project_id:%(project_id)s",
+        "project_reader_api": "role:reader and project_id:%(project_id)s",
+        "project_member_or_admin": "rule:project_member_api or rule:admin",
+        "project_reader_or_admin": "rule:project_reader_api or rule:admin",
+        "blazar:leases:get": owner_read,
+        "blazar:leases:post": owner_write,
+        "blazar:leases:put": owner_write,
+        "blazar:leases:delete": owner_write,
         "blazar:oshosts:get": "rule:admin",
         "blazar:oshosts:post": "rule:admin",
         "blazar:oshosts:put": "rule:admin",
         "blazar:oshosts:delete": "rule:admin",
-        "blazar:oshosts:get_allocations": "rule:admin_or_owner",
-        "blazar:oshosts:get_resource_properties": "@",
+        "blazar:oshosts:get_allocations": owner_read,
+        "blazar:oshosts:get_resource_properties": "role:reader or rule:admin",
         "blazar:oshosts:update_resource_properties": "rule:admin",
         **{
             f"{prefix}:{action}": "rule:admin"
@@ -60,23 +82,23 @@ def default_rules(admin_role: str) -> dict[str, str]:
             )
             for action in ("get", "post", "put", "delete")
         },
-        "blazar:devices:get_allocations": "rule:admin_or_owner",
-        "blazar:networks:get_allocations": "rule:admin_or_owner",
-        "blazar:floatingips:get_allocations": "rule:admin_or_owner",
-        "climate:volume_pools:get_allocations": "rule:admin_or_owner",
-        "climate:instances:get_allocations": "rule:admin_or_owner",
+        "blazar:devices:get_allocations": owner_read,
+        "blazar:networks:get_allocations": owner_read,
+        "blazar:floatingips:get_allocations": owner_read,
+        "climate:volume_pools:get_allocations": owner_read,
+        "climate:instances:get_allocations": owner_read,
         "climate:audit:get": "rule:admin",
         "climate:availability:get": "@",
         "climate:leases:retry": "rule:admin",
         "climate:leases:force_end": "rule:admin",
-        "climate:leases:confirm": "rule:admin_or_owner",
-        "climate:leases:start_reservation": "rule:admin_or_owner",
-        "climate:leases:acknowledge": "rule:admin_or_owner",
+        "climate:leases:confirm": owner_write,
+        "climate:leases:start_reservation": owner_write,
+        "climate:leases:acknowledge": owner_write,
         "climate:leases:priority": "rule:admin",
-        "climate:series:create": "rule:admin_or_owner",
-        "climate:series:get": "rule:admin_or_owner",
-        "climate:series:delete": "rule:admin_or_owner",
-        "climate:leases:reclaim": "rule:admin_or_owner",
+        "climate:series:create": owner_write,
+        "climate:series:get": owner_read,
+        "climate:series:delete": owner_write,
+        "climate:leases:reclaim": owner_write,
     }
 
 
@@ -111,8 +133,9 @@ class Policy:
 
 
 def load_policy(admin_role: str, path: str = "") -> Policy:
-    """The defaults, with the rules of the file at ``path`` (JSON, or TOML for ``*.toml``) in
-    their place. Every rule in the file must be one of the known names."""
+    """The defaults, with the rules of the file at ``path`` (JSON; TOML for ``*.toml``; YAML for
+    ``*.yaml``, as Blazar's ``policy.yaml``) in their place. Every rule in the file must be one of
+    the known names."""
     rules = default_rules(admin_role)
     if path:
         for name, text in _read(path).items():
@@ -127,8 +150,14 @@ def load_policy(admin_role: str, path: str = "") -> Policy:
 def _read(path: str) -> Mapping[str, object]:
     try:
         raw = Path(path).read_bytes()
-        data: object = tomllib.loads(raw.decode()) if path.endswith(".toml") else json.loads(raw)
-    except (OSError, ValueError) as exc:
+        data: object
+        if path.endswith(".toml"):
+            data = tomllib.loads(raw.decode())
+        elif path.endswith((".yaml", ".yml")):
+            data = yaml.safe_load(raw)
+        else:
+            data = json.loads(raw)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         raise InvalidInput("policy_file", f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidInput("policy_file", f"{path} must map rule names to rules")
@@ -203,7 +232,10 @@ class _Parser:
         if not sep or not value:
             raise PolicyError(self.name, f"{token!r} is not a check (e.g. role:admin)")
         if kind == "role":
-            return lambda a, _t: value in a.roles
+            return lambda a, _t: value in _with_implied(a.roles)
+        if kind == "is_admin":
+            holds = value.lower() == "false"
+            return lambda _a, _t: holds
         if kind == "rule":
             if value not in self.rules:
                 raise PolicyError(self.name, f"refers to unknown rule {value!r}")
@@ -211,9 +243,22 @@ class _Parser:
             return lambda a, t: checks[value](a, t)
         if kind not in _ATTRIBUTES:
             raise PolicyError(
-                self.name, f"unknown check {kind!r}; use role, rule, project_id or user_id"
+                self.name,
+                f"unknown check {kind!r}; use role, rule, project_id, user_id or is_admin",
             )
         return _attribute_check(kind, value)
+
+
+@functools.lru_cache(maxsize=256)
+def _with_implied(roles: frozenset[str]) -> frozenset[str]:
+    found = set(roles)
+    pending = list(roles)
+    while pending:
+        for implied in IMPLIED_ROLES.get(pending.pop(), ()):
+            if implied not in found:
+                found.add(implied)
+                pending.append(implied)
+    return frozenset(found)
 
 
 def _attribute_check(kind: str, value: str) -> Check:

@@ -136,7 +136,10 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
-        return error_body(exc.status, exc.message, exc.name, exc.details)
+        response = error_body(exc.status, exc.message, exc.name, exc.details)
+        if exc.status == 401:
+            response.headers.update(app.state.authenticate.challenge)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -44,7 +44,7 @@ async def _services(request: Request) -> Services:
 
 async def _actor(request: Request) -> Actor:
     authenticate: Authenticator = request.app.state.authenticate
-    if authenticate.reads_database:
+    if authenticate.blocks:
         return await run_in_threadpool(authenticate, request)
     return authenticate(request)
 

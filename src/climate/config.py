@@ -55,6 +55,25 @@ class Settings:
     retry_interval_seconds: float = 60.0
     queue_poll_seconds: float = 5.0
     hold_max_seconds: int = 86_400
+    os_cloud: str = ""
+    os_auth_url: str = ""
+    os_username: str = ""
+    os_password: str = ""
+    os_project_name: str = ""
+    os_project_id: str = ""
+    os_user_domain_name: str = ""
+    os_user_domain_id: str = ""
+    os_project_domain_name: str = ""
+    os_project_domain_id: str = ""
+    os_application_credential_id: str = ""
+    os_application_credential_secret: str = ""
+    os_region_name: str = ""
+    """The openstack backend's service user; each empty one is read from ``OS_<NAME>``."""
+    freepool_name: str = "freepool"
+    blazar_az_prefix: str = "blazar_"
+    blazar_owner: str = "blazar:owner"
+    project_id_key: str = "blazar:project"
+    """Blazar's names on the Nova side (its ``[nova]`` and ``[physical:host]`` options)."""
     flavors: str = (
         "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"
         "m1.xlarge=8:16384:160"

@@ -385,10 +385,8 @@ class OpenStackBackend(Backend):
                 for s in self.conn.compute.servers(all_projects=True)
                 if _flavor_id(s) == h.reservation_id
             ]
-        servers: list[Any] = []
-        for host in sorted(set(h.hosts.values())):
-            servers += list(self.conn.compute.servers(all_projects=True, host=host))
-        return servers
+        hosts = set(h.hosts.values())
+        return [s for s in self.conn.compute.servers(all_projects=True) if s.compute_host in hosts]
 
     def _kept(self, h: Handover) -> Iterable[Any]:
         """What a keep-until-ack end kept: the project's stopped servers on the capacity."""
@@ -423,8 +421,8 @@ class OpenStackBackend(Backend):
         rc = resource_class(move.reservation_id)
         servers = [
             s
-            for s in self.conn.compute.servers(all_projects=True, host=move.from_name)
-            if _flavor_id(s) == move.reservation_id
+            for s in self.conn.compute.servers(all_projects=True)
+            if s.compute_host == move.from_name and _flavor_id(s) == move.reservation_id
         ]
         if self._rc_exists(rc):
             self._set_inventory(move.to_name, rc, self._total(move.to_name, rc) + move.count)

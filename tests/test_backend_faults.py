@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from climate.backends import load_backend
-from climate.backends.base import Handover, Outcome
+from climate.backends.base import Action, Result, Start
 from climate.backends.faulty import FaultyBackend
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
@@ -127,12 +127,13 @@ class SlowOnce(StandaloneBackend):
         self.calls = 0
         self.late_answer = threading.Event()
 
-    def start_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        self.calls += 1
-        if self.calls == 1:
-            time.sleep(self.delay)
-            self.late_answer.set()
-        return [None] * len(items)
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if isinstance(actions[0], Start):
+            self.calls += 1
+            if self.calls == 1:
+                time.sleep(self.delay)
+                self.late_answer.set()
+        return super().handle(actions)
 
 
 def test_an_abandoned_call_that_answers_late_writes_nothing(

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import select, text
 
-from climate.backends.base import Handover, Outcome
+from climate.backends.base import Action, Result, Start
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
 from climate.db import leases as lease_rows
@@ -188,10 +188,11 @@ class Gated(StandaloneBackend):
         self.entered = threading.Event()
         self.go = threading.Event()
 
-    def start_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        self.entered.set()
-        assert self.go.wait(10)
-        return [None] * len(items)
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if isinstance(actions[0], Start):
+            self.entered.set()
+            assert self.go.wait(10)
+        return super().handle(actions)
 
 
 def _wait_for_a_lock_wait(db: Database) -> None:

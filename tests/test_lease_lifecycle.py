@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 import pytest
 from sqlalchemy import select
 
-from climate.backends.base import Backend, Handover
+from climate.backends.base import Action, Backend, Done, Result, Start
 from climate.db.tables import Assignment, OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.errors import NotEnoughCapacity
@@ -112,22 +113,21 @@ def test_every_transition_is_notified_through_the_outbox(settings, db, clock: Ma
 
 
 class FlakyBackend(Backend):
+    """Fails its first ``failures`` starts."""
+
     name = "flaky"
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.calls = 0
 
-    def start(self, session, handover: Handover) -> None:
-        self.calls += 1
-        if self.calls <= self.failures:
-            raise RuntimeError("cloud said no")
-
-    def before_end(self, session, handover: Handover, action: str) -> None:
-        return None
-
-    def end(self, session, handover: Handover) -> None:
-        return None
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        results: list[Result] = []
+        for action in actions:
+            self.calls += isinstance(action, Start)
+            failing = isinstance(action, Start) and self.calls <= self.failures
+            results.append(RuntimeError("cloud said no") if failing else Done())
+        return results
 
 
 def test_failed_start_is_retried_after_backoff_then_succeeds(

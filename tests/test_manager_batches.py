@@ -10,9 +10,8 @@ from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from climate.backends.base import Backend, Handover, Outcome
+from climate.backends.base import ACTION_NAMES, Action, BeforeEnd, End, Result, Start
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
 from climate.db import assignments
@@ -33,68 +32,51 @@ START = T0 + HOUR
 
 
 class RecordingBackend(StandaloneBackend):
-    """The standalone backend (bulk batches), noting each call in order."""
+    """The standalone backend, noting each batch and each handover in order."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.batches: list[tuple[str, int]] = []
 
-    def start_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        self.batches.append(("start", len(items)))
-        self.calls += [("start", h.lease_id) for item in items for h in item]
-        return super().start_batch(session, items)
-
-    def before_end_batch(
-        self, session: Session, items: Sequence[Sequence[tuple[Handover, str]]]
-    ) -> list[Outcome]:
-        self.batches.append(("before_end", len(items)))
-        self.calls += [("before_end", h.lease_id) for item in items for h, _ in item]
-        return super().before_end_batch(session, items)
-
-    def end_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        self.batches.append(("end", len(items)))
-        self.calls += [("end", h.lease_id) for item in items for h in item]
-        return super().end_batch(session, items)
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        kind = ACTION_NAMES[type(actions[0])]
+        self.batches.append((kind, len(actions)))
+        for action in actions:
+            if isinstance(action, Start | End):
+                self.calls += [(kind, h.lease_id) for h in action.handovers]
+            elif isinstance(action, BeforeEnd):
+                self.calls += [(kind, h.lease_id) for h, _ in action.steps]
+        return super().handle(actions)
 
 
-class FailingFor(Backend):
-    """A per-handover backend (the default batch methods: a savepoint per event) that records
-    like the standalone one and fails the start of the leases of ``project``."""
+def _project(action: Action) -> str | None:
+    return action.handovers[0].project_id if isinstance(action, Start) else None
+
+
+class FailingFor(StandaloneBackend):
+    """A cloud that fails the start of the leases of ``project`` (the others of a batch
+    succeed)."""
 
     name = "failing"
 
     def __init__(self, project: str) -> None:
         self.project = project
 
-    def start(self, session: Session, handover: Handover) -> None:
-        for resource_id in handover.resource_ids:
-            assignments.assign(
-                session,
-                reservation_id=handover.reservation_id,
-                lease_id=handover.lease_id,
-                project_id=handover.project_id,
-                resource_type=handover.resource_type,
-                resource_id=resource_id,
-                now=handover.at,
-            )
-        if handover.project_id == self.project:
-            raise RuntimeError("cloud said no")
-
-    def before_end(self, session: Session, handover: Handover, action: str) -> None:
-        return None
-
-    def end(self, session: Session, handover: Handover) -> None:
-        assignments.release(session, handover.reservation_id, handover.at)
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        return [
+            RuntimeError("cloud said no") if _project(a) == self.project else result
+            for a, result in zip(actions, super().handle(actions), strict=True)
+        ]
 
 
 class BulkFailingFor(FailingFor):
-    """A batch-capable backend whose bulk call fails as a whole when one of its items would:
-    the manager must fall back to one event at a time."""
+    """A cloud whose bulk call fails as a whole when one of its actions would: the manager must
+    fall back to one event at a time."""
 
-    def start_batch(self, session: Session, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        if len(items) > 1 and any(h.project_id == self.project for item in items for h in item):
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if len(actions) > 1 and any(_project(a) == self.project for a in actions):
             raise RuntimeError("bulk call refused")
-        return super().start_batch(session, items)
+        return super().handle(actions)
 
 
 def _events(ctx: ServiceContext, lease_id: str) -> dict[str, Event]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,8 @@ import httpx
 import pytest
 from alembic import command
 from sqlalchemy import select, text
-from sqlalchemy.orm import Session
 
-from climate.backends.base import Handover
+from climate.backends.base import Acknowledge, Action, BeforeEnd, Result, StartManual
 from climate.backends.standalone import StandaloneBackend
 from climate.cli.main import main
 from climate.config import Settings
@@ -390,7 +389,9 @@ class Unreachable(StandaloneBackend):
     def __init__(self, hang: bool = False) -> None:
         self.hang = hang
 
-    def start_manual_remote(self, handover: Handover) -> None:
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if not isinstance(actions[0], StartManual):
+            return super().handle(actions)
         if self.hang:
             threading.Event().wait(5)
         raise RuntimeError("cloud said no")
@@ -440,8 +441,10 @@ def test_a_failing_backend_leaves_a_manual_reservation_held(
 class Unforgetting(StandaloneBackend):
     """The standalone backend whose cloud refuses to discard what it kept."""
 
-    def acknowledge_remote(self, handover: Handover) -> None:
-        raise RuntimeError("cloud said no")
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if isinstance(actions[0], Acknowledge):
+            raise RuntimeError("cloud said no")
+        return super().handle(actions)
 
 
 def test_a_failing_backend_leaves_an_ended_lease_undeleted_with_its_workload_kept(
@@ -505,8 +508,11 @@ class Recording(StandaloneBackend):
     def __init__(self) -> None:
         self.before_end_calls: list[tuple[str, str]] = []
 
-    def before_end(self, session: Session, handover: Handover, action: str) -> None:
-        self.before_end_calls.append((handover.lease_id, action))
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        for action in actions:
+            if isinstance(action, BeforeEnd):
+                self.before_end_calls += [(h.lease_id, what) for h, what in action.steps]
+        return super().handle(actions)
 
 
 @pytest.mark.parametrize("webhooks", [False, True], ids=["no-webhooks", "webhooks"])

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from climate.backends.base import Migration, Outcome
+from climate.backends.base import Action, Migrate, Result
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
 from climate.db.tables import Assignment, AuditLog, InstanceAllocation, OutboxMessage
@@ -307,8 +307,10 @@ class Unmigrating(StandaloneBackend):
 
 
 class Broken(StandaloneBackend):
-    def migrate_remote(self, moves: Sequence[Migration]) -> list[Outcome]:
-        raise RuntimeError("the cloud refused the live migration")
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if isinstance(actions[0], Migrate):
+            raise RuntimeError("the cloud refused the live migration")
+        return super().handle(actions)
 
 
 def sized(hosts: HostService, name: str, **props: Any) -> int:

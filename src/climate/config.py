@@ -55,14 +55,20 @@ class Settings:
     retry_interval_seconds: float = 60.0
     queue_poll_seconds: float = 5.0
     hold_max_seconds: int = 86_400
+    freepool_name: str = "freepool"
+    blazar_az_prefix: str = "blazar_"
+    blazar_owner: str = "blazar:owner"
+    project_id_key: str = "blazar:project"
+    """Blazar's names on the Nova side (its ``[nova]`` and ``[physical:host]`` options)."""
     flavors: str = (
         "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"
         "m1.xlarge=8:16384:160"
     )
     """Heat flavors a stack template may name, ``name=vcpus:memory_mb:disk_gb`` by commas."""
-    # The service user (auth = "keystone"), under the names the ``openstack`` command reads: each
-    # also comes from its ``OS_*`` variable (OS_AUTH_URL, ...); ``os_cloud`` names a cloud of a
-    # clouds.yaml whose entries the others override (docs/keystone.md).
+    # The service user (auth = "keystone" and the openstack backend), under the names the
+    # ``openstack`` command reads: each also comes from its ``OS_*`` variable (OS_AUTH_URL, ...);
+    # ``os_cloud`` names a cloud of a clouds.yaml whose entries the others override
+    # (docs/keystone.md).
     os_cloud: str = ""
     os_client_config_file: str = ""
     os_auth_type: str = ""

@@ -30,6 +30,7 @@ from climate.api import (
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.backends import load_backend
+from climate.backends.base import Timeboxed
 from climate.errors import ClimateError
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
@@ -104,9 +105,10 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         title="Climate", version=__version__, summary="Reservations, Blazar v1 compatible"
     )
     tokens = TokenService(ctx)
+    backend = load_backend(ctx.settings)
     app.state.services = Services(
         leases=LeaseService(ctx),
-        hosts=HostService(ctx),
+        hosts=HostService(ctx, Timeboxed(backend, ctx.settings.backend_timeout_seconds)),
         tokens=tokens,
         audit=AuditService(ctx),
         availability=AvailabilityService(ctx),
@@ -117,7 +119,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
-    app.state.reservation_actions = ReservationActionService(ctx, load_backend(ctx.settings))
+    app.state.reservation_actions = ReservationActionService(ctx, backend)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)

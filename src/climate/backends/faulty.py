@@ -1,9 +1,9 @@
-"""The faulty backend: the standalone backend behind a remote part that fails or hangs at random.
+"""The faulty backend: the standalone backend behind a cloud that fails or hangs at random.
 
-For tests and the stress harness (``backend = "faulty"``). Each call of a remote part draws one
-number per item: below ``fault_rate`` the item fails, below ``fault_rate + fault_hang_rate`` the
-whole call hangs (a cloud API that never answers; only the manager's timeout gets past it). A
-retry draws again, so a retried call may succeed.
+For tests and the stress harness (``backend = "faulty"``). Each call draws one number per
+action (enrolment of a resource always succeeds): below ``fault_rate`` the action fails, below
+``fault_rate + fault_hang_rate`` the whole call hangs (a cloud API that never answers; only the
+caller's timeout gets past it). A retry draws again, so a retried call may succeed.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Self
 
-from climate.backends.base import Handover, Outcome
+from climate.backends.base import ACTION_NAMES, Action, Enrol, Result
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
 from climate.errors import InvalidInput
@@ -38,38 +38,21 @@ class FaultyBackend(StandaloneBackend):
         self.fault_rate = fault_rate
         self.hang_rate = hang_rate
         self._random = random.Random(seed)
-        self._lock = threading.Lock()  # remote calls run in worker threads
+        self._lock = threading.Lock()  # calls run in worker threads
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
         return cls(settings.fault_rate, settings.fault_hang_rate, settings.fault_seed)
 
-    def start_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        return self._call("start", len(items))
-
-    def before_end_remote(self, items: Sequence[Sequence[tuple[Handover, str]]]) -> list[Outcome]:
-        return self._call("before_end", len(items))
-
-    def end_remote(self, items: Sequence[Sequence[Handover]]) -> list[Outcome]:
-        return self._call("end", len(items))
-
-    def start_manual_remote(self, handover: Handover) -> None:
-        self._raise(self._call("start_manual", 1))
-
-    def acknowledge_remote(self, handover: Handover) -> None:
-        self._raise(self._call("acknowledge", 1))
-
-    @staticmethod
-    def _raise(outcomes: list[Outcome]) -> None:
-        for outcome in outcomes:
-            if outcome is not None:
-                raise outcome
-
-    def _call(self, what: str, count: int) -> list[Outcome]:
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        if all(isinstance(a, Enrol) for a in actions):
+            return super().handle(actions)  # inventory is not what it puts under stress
         with self._lock:
-            draws = [self._random.random() for _ in range(count)]
+            draws = [self._random.random() for _ in actions]
         if any(self.fault_rate <= d < self.fault_rate + self.hang_rate for d in draws):
             threading.Event().wait(HANG_SECONDS)
-        return [
-            InjectedFault(f"injected {what} fault") if d < self.fault_rate else None for d in draws
-        ]
+        results = super().handle(actions)
+        for i, (action, draw) in enumerate(zip(actions, draws, strict=True)):
+            if draw < self.fault_rate:
+                results[i] = InjectedFault(f"injected {ACTION_NAMES[type(action)]} fault")
+        return results

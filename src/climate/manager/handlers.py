@@ -20,7 +20,16 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from climate.backends.base import Backend, Handover, Outcome
+from climate.backends.base import (
+    Action,
+    BeforeEnd,
+    Done,
+    End,
+    Handover,
+    Outcome,
+    Start,
+    Timeboxed,
+)
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.tables import Event, Lease, Reservation
@@ -34,6 +43,7 @@ from climate.domain.status import (
     check_reservation_transition,
 )
 from climate.notify import enqueue_lease, enqueue_leases
+from climate.services import backend_records
 from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
@@ -109,7 +119,7 @@ class Statuses:
 
 
 class EventHandlers:
-    def __init__(self, ctx: ServiceContext, backend: Backend, manager: str) -> None:
+    def __init__(self, ctx: ServiceContext, backend: Timeboxed, manager: str) -> None:
         self.ctx = ctx
         self.backend = backend
         self.manager = manager
@@ -252,30 +262,38 @@ class EventHandlers:
     def _backend(
         self, session: Session, kind: EventType, steps: list[Step | BaseException]
     ) -> None:
+        """One backend call for the segment (an action per event), then the records of the
+        actions it did, in bulk: a failed write fails the segment, which is rerun one event at a
+        time."""
         busy = [(i, s) for i, s in enumerate(steps) if isinstance(s, Step) and s.handovers]
         if not busy:
             return
-        items = [s.handovers for _, s in busy]
+        actions: list[Action]
         if kind is EventType.START_LEASE:
-            outcomes = self.backend.start_batch(session, items)
+            actions = [Start(tuple(s.handovers)) for _, s in busy]
         elif kind is EventType.END_LEASE:
-            outcomes = self.backend.end_batch(session, items)
+            actions = [End(tuple(s.handovers)) for _, s in busy]
         else:
-            outcomes = self.backend.before_end_batch(
-                session,
-                [
-                    list(zip(item, s.actions, strict=True))
-                    for item, (_, s) in zip(items, busy, strict=True)
-                ],
-            )
-        if len(outcomes) != len(busy):
+            actions = [BeforeEnd(tuple(zip(s.handovers, s.actions, strict=True))) for _, s in busy]
+        results = self.backend.handle(actions)
+        if len(results) != len(busy):
             raise RuntimeError(
-                f"backend {self.backend.name} returned {len(outcomes)} outcomes "
+                f"backend {self.backend.name} returned {len(results)} results "
                 f"for {len(busy)} events"
             )
-        for (i, _), outcome in zip(busy, outcomes, strict=True):
-            if outcome is not None:
-                steps[i] = outcome
+        done: list[Step] = []
+        for (i, step), result in zip(busy, results, strict=True):
+            if isinstance(result, BaseException):
+                steps[i] = result
+            else:
+                done.append(step)
+                if isinstance(result, Done):
+                    backend_records.made(step.reservations, result)
+        handovers = [h for step in done for h in step.handovers]
+        if kind is EventType.START_LEASE:
+            backend_records.started(session, handovers)
+        elif kind is EventType.END_LEASE:
+            backend_records.ended(session, handovers)
 
     def _write(
         self, session: Session, kind: EventType, done: list[Step], now: dt.datetime, finish: Finish

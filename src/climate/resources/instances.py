@@ -94,9 +94,12 @@ def enforcement(reservation: Reservation) -> dict[str, Any]:
     return {
         "flavor_id": reservation.id,
         "aggregate_id": reservation.id,
+        # The cloud's own group once a backend made one (openstack), else a stable stand-in.
         "server_group_id": None
         if affinity is None
-        else str(uuid.uuid5(SERVER_GROUPS, reservation.id)),
+        else str(
+            reservation.params.get("server_group_id") or uuid.uuid5(SERVER_GROUPS, reservation.id)
+        ),
         "hosts": [
             {"host_id": str(a.host_id), "count": a.count} for a in reservation.instance_allocations
         ],

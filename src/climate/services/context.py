@@ -6,13 +6,13 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from climate.backends.base import Handover
 from climate.config import Settings
 from climate.db import leases as lease_rows
 from climate.db.engine import Database
-from climate.db.tables import Lease, Reservation
+from climate.db.tables import Host, Lease, Reservation
 from climate.domain.clock import Clock
 from climate.errors import InvalidInput
 from climate.policy import Policy, load_policy
@@ -43,15 +43,18 @@ class ServiceContext:
     def handover(self, lease: Lease, reservation: Reservation, at: dt.datetime) -> Handover:
         """What the backend needs to hand ``reservation``'s resources over or take them back."""
         resource_type = self.resource_types[reservation.resource_type]
+        resource_ids = tuple(resource_type.resource_ids(reservation))
         return Handover(
             lease_id=lease.id,
             reservation_id=reservation.id,
             project_id=lease.project_id,
             resource_type=reservation.resource_type,
-            resource_ids=tuple(resource_type.resource_ids(reservation)),
+            resource_ids=resource_ids,
             at=at,
             start_policy=start_policy_of(reservation.params),
             end_policy=end_policy_of(reservation.params),
+            hosts=_host_names(reservation, resource_ids),
+            params=dict(reservation.params),
         )
 
     def events_changed(self, session: Session, earliest: dt.datetime) -> None:
@@ -59,6 +62,24 @@ class ServiceContext:
         (NOTIFY) and of this one."""
         lease_rows.signal_event_change(session, earliest)
         session.info.setdefault("on_commit", []).append(lambda: self.wake_manager(earliest))
+
+
+HOST_BASED = frozenset({"physical:host", "virtual:instance"})
+"""Resource types whose resource ids start with a host id (``"<host>"``, ``"<host>:<slot>"``)."""
+
+
+def _host_names(reservation: Reservation, resource_ids: tuple[str, ...]) -> dict[str, str]:
+    """Host id -> service host name of the hosts ``resource_ids`` lie on (the session's
+    identity map serves hosts already loaded)."""
+    session = object_session(reservation)
+    if reservation.resource_type not in HOST_BASED or session is None:
+        return {}
+    names: dict[str, str] = {}
+    for host_id in {r.partition(":")[0] for r in resource_ids}:
+        host = session.get(Host, int(host_id))
+        if host is not None:
+            names[host_id] = host.service_name or host.hypervisor_hostname
+    return names
 
 
 @dataclass(frozen=True)

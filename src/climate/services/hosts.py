@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate.backends.base import Enrol, Inspected, Timeboxed, UnknownResource
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
@@ -16,7 +17,7 @@ from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
-from climate.errors import Conflict, InvalidInput, NotFound
+from climate.errors import BackendError, Conflict, InvalidInput, NotFound
 from climate.resources.calendar_cache import CalendarCache
 from climate.resources.instances import RATIOS, parse_ratio
 from climate.services import inventory
@@ -42,8 +43,10 @@ class HostAllocations:
 
 
 class HostService:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, backend: Timeboxed | None = None) -> None:
         self.ctx = ctx
+        self.backend = backend
+        """Enrols each new host (``Enrol``): what the cloud knows of it fills its fields."""
 
     def create(self, actor: Actor, name: object, fields: Mapping[str, Any]) -> Host:
         """Register a host. Known inventory fields fill columns; all others become properties."""
@@ -52,8 +55,11 @@ class HostService:
             raise InvalidInput("name", "a host needs a non-empty name")
         if len(name) > 255:
             raise InvalidInput("name", "at most 255 characters")
-        now = self.ctx.clock.now()
         columns, properties = _split(fields, creating=True)
+        found = self._enrol(name)
+        columns.update(found[0])
+        properties = {**found[1], **properties}
+        now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             if host_rows.get_by_name(session, name) is not None:
                 raise Conflict(f"name: a host named {name!r} already exists")
@@ -69,6 +75,30 @@ class HostService:
             )
             self._wake_queue(session, now)
             return host
+
+    def _enrol(self, name: str) -> tuple[dict[str, Any], dict[str, str | None]]:
+        """What the backend's cloud knows of host ``name``: columns (its sizes and service
+        host win over the request's) and properties (its traits; the request's win).
+
+        :raises InvalidInput: the cloud knows no such host (nothing is written).
+        :raises BackendError: the cloud failed or did not answer in time.
+        """
+        if self.backend is None:
+            return {}, {}
+        try:
+            found = self.backend.one(Enrol("physical:host", name))
+        except UnknownResource as exc:
+            raise InvalidInput("name", str(exc)) from exc
+        except Exception as exc:
+            raise BackendError(
+                f"host {name}: backend {self.backend.name} failed to enrol it: {exc}"
+            ) from exc
+        if not isinstance(found, Inspected):
+            return {}, {}
+        columns, _ = _split(
+            {k: v for k, v in found.fields.items() if k not in READ_ONLY}, creating=True
+        )
+        return columns, dict(found.properties)
 
     def _wake_queue(self, session: Session, now: dt.datetime) -> None:
         """A host added or changed (made reservable again, resized) may be what waiting leases

@@ -11,13 +11,13 @@ from typing import cast
 
 from sqlalchemy.orm import Session
 
-from climate.backends.base import Backend, Migration
+from climate.backends.base import Migrate, Migration, Timeboxed
 from climate.db import audit
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
 from climate.db import reclaim as reclaim_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Lease, Reservation
+from climate.db.tables import Host, Lease, Reservation
 from climate.domain.status import LeaseStatus
 from climate.errors import NotEnoughCapacity
 from climate.notify import enqueue_lease
@@ -34,6 +34,7 @@ from climate.planner.reclaim import (
 from climate.resources.calendar_cache import CalendarCache
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
+from climate.services import backend_records
 from climate.services.context import ServiceContext
 from climate.services.leases import LeaseService
 
@@ -56,13 +57,13 @@ class ReclaimService:
     refused, plan which busy matching hosts to free (planner/reclaim.py: only hosts whose sole
     users in the window are movable instance reservations of other projects, and only if enough
     of them can be freed), move those instance allocations from now on (the past stays where it
-    ran) and admit again. Then the backend migrates the instances (``Backend.migrate``) and the
+    ran) and admit again. Then the backend migrates the instances (``Migrate``) and the
     lease is admitted like any queue admission. Any refusal or backend failure rolls all of it
     back; the lease keeps waiting with the reason. Each moved lease gets a ``lease.update``
     notification and a ``lease.reclaimed_from`` audit row naming the best-effort lease.
     """
 
-    def __init__(self, ctx: ServiceContext, backend: Backend) -> None:
+    def __init__(self, ctx: ServiceContext, backend: Timeboxed) -> None:
         self.ctx = ctx
         self.backend = backend
 
@@ -84,11 +85,13 @@ class ReclaimService:
                     return 0
                 shift = now - lease.start_date
                 moves = self._admit(session, lease, now, lease.end_date + shift)
-                migrations = [_migration(m, now) for m in moves]
-                try:
-                    self.backend.migrate(session, migrations)
-                except Exception as exc:
-                    raise MigrationFailed(f"{type(exc).__name__}: {exc}") from exc
+                migrations = [_migration(session, m, now) for m in moves]
+                if migrations:
+                    try:
+                        self.backend.one(Migrate(tuple(migrations)))
+                    except Exception as exc:
+                        raise MigrationFailed(f"{type(exc).__name__}: {exc}") from exc
+                    backend_records.migrated(session, migrations)
                 LeaseService(self.ctx).admitted_from_queue(session, lease, now)
                 self._record_moves(session, lease, moves, now)
             if moves:
@@ -288,8 +291,10 @@ def _blocker(h: reclaim_rows.Holding, eligible: frozenset[int]) -> Blocker:
     )
 
 
-def _migration(move: Move, now: dt.datetime) -> Migration:
+def _migration(session: Session, move: Move, now: dt.datetime) -> Migration:
     b = move.blocker
+    hosts = [session.get(Host, host_id) for host_id in (b.host_id, move.to_host)]
+    names = [h.service_name or h.hypervisor_hostname if h is not None else "" for h in hosts]
     return Migration(
         lease_id=b.lease_id,
         reservation_id=b.reservation_id,
@@ -299,6 +304,8 @@ def _migration(move: Move, now: dt.datetime) -> Migration:
         to_host=move.to_host,
         count=b.count,
         at=now,
+        from_name=names[0],
+        to_name=names[1],
     )
 
 

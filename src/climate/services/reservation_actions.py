@@ -10,7 +10,14 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
-from climate.backends.base import Backend, Handover, Timeboxed
+from climate.backends.base import (
+    Acknowledge,
+    Action,
+    Backend,
+    Handover,
+    StartManual,
+    Timeboxed,
+)
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
@@ -20,20 +27,21 @@ from climate.domain.status import EndPolicy, ReservationStatus, StartPolicy
 from climate.errors import BackendError, Conflict, NotFound
 from climate.notify import enqueue_lease
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
+from climate.services import backend_records
 from climate.services.context import ServiceContext
 from climate.services.leases import LeaseService
 
 
 @dataclass(frozen=True)
 class _Action:
-    """One action: its policy rule and audit name, what refuses it, the backend's two parts,
-    and the params key that records it."""
+    """One action: its policy rule and audit name, what refuses it, the backend action and
+    its record, and the params key that records it."""
 
     rule: str
     name: str
     refusal: Callable[[Reservation], str | None]
-    remote: Callable[[Backend], Callable[[Handover], None]]
-    record: Callable[[Backend], Callable[[Session, Handover], None]]
+    action: Callable[[Handover], Action]
+    record: Callable[[Session, Handover], None]
     stamp: str
 
 
@@ -62,16 +70,16 @@ START = _Action(
     rule="climate:leases:start_reservation",
     name="reservation.start",
     refusal=_start_refusal,
-    remote=lambda backend: backend.start_manual_remote,
-    record=lambda backend: backend.start_manual,
+    action=StartManual,
+    record=backend_records.started_manually,
     stamp=STARTED_AT,
 )
 ACKNOWLEDGE = _Action(
     rule="climate:leases:acknowledge",
     name="reservation.acknowledge",
     refusal=_acknowledge_refusal,
-    remote=lambda backend: backend.acknowledge_remote,
-    record=lambda backend: backend.acknowledge,
+    action=Acknowledge,
+    record=backend_records.acknowledged,
     stamp=ACKNOWLEDGED_AT,
 )
 
@@ -163,12 +171,12 @@ class ReservationActionService:
         return lease
 
     def _remote(self, action: _Action, handover: Handover) -> None:
-        """The backend's remote part of ``action``, outside any transaction.
+        """The backend's part of ``action``, outside any transaction.
 
         :raises BackendError: it failed or did not answer in time.
         """
         try:
-            action.remote(self.backend)(handover)
+            self.backend.one(action.action(handover))
         except Exception as exc:
             raise BackendError(
                 f"reservation {handover.reservation_id}: backend {self.backend.name} failed to "
@@ -188,7 +196,7 @@ class ReservationActionService:
         """The backend's record part, the reservation's stamp and the audit row, in the
         caller's transaction under the admission lock."""
         # The backend's rows first, then the reservation's and lease's: the manager's order.
-        action.record(self.backend)(session, handover)
+        action.record(session, handover)
         reservation.params = {**reservation.params, action.stamp: now.isoformat()}
         reservation.updated_at = lease.updated_at = now
         session.flush()

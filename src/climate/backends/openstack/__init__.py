@@ -1,0 +1,544 @@
+"""The openstack backend: Nova and Placement driven as Blazar 18 drives them (openstacksdk).
+
+Host reservations (Blazar's ``plugins/oshosts``): reservable hosts live in the freepool
+aggregate; at start an aggregate named by the reservation id, in the availability zone
+``<az_prefix><reservation id>``, with metadata ``<owner_key>=<project>`` and
+``<project>=<project_id_key>``, takes the hosts from the freepool (BlazarFilter lets only that
+project, with the hint ``reservation=<id>``, boot there); at the end the end policy is applied to
+the servers still on the hosts, the hosts go back to the freepool and the aggregate is deleted.
+A host is always added to its new aggregate before it leaves the old one, so a failure never
+leaves it outside every aggregate.
+
+Instance reservations (``plugins/instances``): a private flavor ``reservation:<id>`` (id = the
+reservation id) with ``aggregate_instance_extra_specs:reservation=<id>``,
+``resources:CUSTOM_RESERVATION_<ID>=1`` and ``affinity_id``, granted to the project during the
+lease; an aggregate named by the reservation id with ``reservation``, ``filter_tenant_id``,
+``affinity_id`` and ``<owner_key>`` (its hosts stay in the freepool); the capacity as an
+inventory of ``CUSTOM_RESERVATION_<ID>`` on a child provider ``blazar_<host>`` of each reserved
+compute; a server group ``reservation:<id>`` when the reservation has an affinity rule.
+
+Every action is idempotent (it finds what a previous attempt made before making it) and a start
+that fails undoes what it did, so a retry or the final ERROR leaves nothing half made.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Self
+
+from climate.backends.base import (
+    Acknowledge,
+    Action,
+    Backend,
+    BeforeEnd,
+    Done,
+    End,
+    Enrol,
+    Handover,
+    Inspected,
+    Migrate,
+    Migration,
+    Result,
+    Start,
+    StartManual,
+    UnknownResource,
+)
+from climate.backends.openstack.config import CloudConfig
+from climate.config import Settings
+from climate.domain.status import EndPolicy
+from climate.errors import InvalidInput
+from climate.keystone import log_in
+
+LOG = logging.getLogger(__name__)
+
+HOSTS = "physical:host"
+INSTANCES = "virtual:instance"
+RESERVATION_PREFIX = "reservation"
+FLAVOR_EXTRA_SPEC = "aggregate_instance_extra_specs:reservation"
+HYPERVISOR_MICROVERSION = "2.87"
+"""The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
+PLACEMENT_MICROVERSION = "1.29"
+
+
+def resource_class(reservation_id: str) -> str:
+    """Blazar's custom resource class of an instance reservation."""
+    return "CUSTOM_RESERVATION_" + reservation_id.upper().replace("-", "_")
+
+
+def connect(config: CloudConfig) -> Any:
+    """An openstacksdk connection as the service user (credentials as one ``auth`` dict and no
+    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours)."""
+    import openstack
+
+    credentials = config.credentials
+    return openstack.connect(
+        auth_type=credentials.auth_type,
+        auth=dict(credentials.auth),
+        region_name=credentials.region_name or None,
+        interface=credentials.interface or "public",
+        load_yaml_config=False,
+        load_envvars=False,
+    )
+
+
+class OpenStackBackend(Backend):
+    name = "openstack"
+    can_migrate = True
+
+    def __init__(self, conn: Any, config: CloudConfig) -> None:
+        self.conn = conn
+        self.config = config
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """Connect as the service user and check that Keystone takes its credentials and the
+        catalog has Nova and Placement.
+
+        :raises InvalidInput: naming the setting that is missing or wrong.
+        """
+        config = CloudConfig.from_settings(settings)
+        log_in(config.credentials, settings.backend_timeout_seconds)
+        conn = connect(config)
+        for service in ("compute", "placement"):
+            if conn.endpoint_for(service) is None:
+                raise InvalidInput(
+                    "os_region_name",
+                    f"no {service} endpoint in the Keystone catalog for region "
+                    f"{config.credentials.region_name or '(any)'}",
+                )
+        return cls(conn, config)
+
+    # -- the one method ----------------------------------------------------------------------
+
+    def handle(self, actions: Sequence[Action]) -> list[Result]:
+        results: list[Result] = []
+        for action in actions:
+            try:
+                results.append(self._one(action))
+            except Exception as exc:
+                LOG.warning("openstack backend: %s failed: %s", type(action).__name__, exc)
+                results.append(exc)
+        return results
+
+    def _one(self, action: Action) -> Done | Inspected:
+        if isinstance(action, Start):
+            made: dict[str, Mapping[str, Any]] = {}
+            for handover in action.handovers:
+                made.update(self._start(handover))
+            return Done(made)
+        if isinstance(action, End):
+            for handover in action.handovers:
+                self._end(handover)
+            return Done()
+        if isinstance(action, BeforeEnd):
+            for handover, what in action.steps:
+                if what == "snapshot":
+                    for server in self._servers_of(handover):
+                        self.conn.compute.create_server_image(
+                            server, f"{RESERVATION_PREFIX}:{handover.reservation_id}:{server.id}"
+                        )
+            return Done()
+        if isinstance(action, StartManual):
+            for server in self._servers_of(action.handover):
+                if server.status == "SHUTOFF":
+                    self.conn.compute.start_server(server)
+            return Done()
+        if isinstance(action, Acknowledge):
+            self._delete_servers(list(self._kept(action.handover)))
+            return Done()
+        if isinstance(action, Migrate):
+            for move in action.moves:
+                self._migrate(move)
+            return Done()
+        return self._enrol(action)
+
+    # -- enrolment ---------------------------------------------------------------------------
+
+    def _enrol(self, action: Enrol) -> Inspected:
+        """The hypervisor as Nova and Placement know it; it joins the freepool."""
+        if action.resource_type != HOSTS:
+            return Inspected()
+        hypervisor = self._hypervisor(action.name)
+        if hypervisor is None:
+            raise UnknownResource(f"Nova has no hypervisor named {action.name!r}")
+        service_host = str(hypervisor["service"]["host"])
+        fields: dict[str, Any] = {
+            "vcpus": hypervisor.get("vcpus"),
+            "memory_mb": hypervisor.get("memory_mb"),
+            "local_gb": hypervisor.get("local_gb"),
+            "service_name": service_host,
+            "hypervisor_type": hypervisor.get("hypervisor_type"),
+            "hypervisor_version": hypervisor.get("hypervisor_version"),
+        }
+        traits = self._placement_get(f"/resource_providers/{hypervisor['id']}/traits")
+        properties = {
+            trait: "true"
+            for trait in (traits or {}).get("traits", [])
+            if trait.startswith("CUSTOM_")
+        }
+        freepool = self._aggregate(self.config.freepool_name, create=True)
+        if service_host not in (freepool.hosts or []):
+            self.conn.compute.add_host_to_aggregate(freepool, service_host)
+        return Inspected({k: v for k, v in fields.items() if v is not None}, properties)
+
+    def _hypervisor(self, name: str) -> dict[str, Any] | None:
+        response = self.conn.compute.get(
+            "/os-hypervisors/detail", microversion=HYPERVISOR_MICROVERSION
+        )
+        response.raise_for_status()
+        for hypervisor in response.json()["hypervisors"]:
+            if name in (hypervisor["hypervisor_hostname"], hypervisor["service"]["host"]):
+                return dict(hypervisor)
+        return None
+
+    # -- aggregates ----------------------------------------------------------------------------
+
+    def _aggregate(self, name: str, *, create: bool = False, az: str | None = None) -> Any:
+        for aggregate in self.conn.compute.aggregates():
+            if aggregate.name == name:
+                return aggregate
+        if not create:
+            return None
+        return self.conn.compute.create_aggregate(name=name, availability_zone=az)
+
+    def _move_in(self, aggregate: Any, hosts: Iterable[str], *, leave_freepool: bool) -> None:
+        """Each host into ``aggregate`` (first), then out of the freepool if it leaves it."""
+        freepool = self._aggregate(self.config.freepool_name, create=True)
+        for host in hosts:
+            if host not in (aggregate.hosts or []):
+                aggregate = self.conn.compute.add_host_to_aggregate(aggregate, host)
+            if leave_freepool and host in (freepool.hosts or []):
+                freepool = self.conn.compute.remove_host_from_aggregate(freepool, host)
+
+    def _dissolve(self, name: str) -> None:
+        """Hosts of aggregate ``name`` back into the freepool (first), then out of it; the
+        aggregate deleted. Nothing to do when it is gone already."""
+        aggregate = self._aggregate(name)
+        if aggregate is None:
+            return
+        freepool = self._aggregate(self.config.freepool_name, create=True)
+        for host in list(aggregate.hosts or []):
+            if host not in (freepool.hosts or []):
+                freepool = self.conn.compute.add_host_to_aggregate(freepool, host)
+            aggregate = self.conn.compute.remove_host_from_aggregate(aggregate, host)
+        self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
+
+    # -- start and end -------------------------------------------------------------------------
+
+    def _start(self, handover: Handover) -> Mapping[str, Mapping[str, Any]]:
+        try:
+            if handover.resource_type == HOSTS:
+                self._start_hosts(handover)
+                return {}
+            if handover.resource_type == INSTANCES:
+                return self._start_instances(handover)
+        except Exception:
+            LOG.warning("reservation %s: start failed, undoing it", handover.reservation_id)
+            try:
+                self._cleanup(handover)
+            except Exception:
+                LOG.exception("reservation %s: undoing the start failed", handover.reservation_id)
+            raise
+        return {}
+
+    def _start_hosts(self, h: Handover) -> None:
+        aggregate = self._aggregate(
+            h.reservation_id, create=True, az=f"{self.config.az_prefix}{h.reservation_id}"
+        )
+        self.conn.compute.set_aggregate_metadata(
+            aggregate,
+            {self.config.owner_key: h.project_id, h.project_id: self.config.project_id_key},
+        )
+        self._move_in(aggregate, sorted(set(h.hosts.values())), leave_freepool=True)
+
+    def _start_instances(self, h: Handover) -> Mapping[str, Mapping[str, Any]]:
+        rid = h.reservation_id
+        group_id = self._server_group(h)
+        flavor = self._flavor(h, group_id)
+        try:
+            self.conn.compute.flavor_add_tenant_access(flavor, h.project_id)
+        except Exception as exc:  # granted already by an earlier attempt
+            if "409" not in str(exc) and "already" not in str(exc).lower():
+                raise
+        metadata = {
+            RESERVATION_PREFIX: rid,
+            "filter_tenant_id": h.project_id,
+            self.config.owner_key: h.project_id,
+        }
+        if group_id is not None:
+            metadata["affinity_id"] = group_id
+        aggregate = self._aggregate(rid, create=True)
+        self.conn.compute.set_aggregate_metadata(aggregate, metadata)
+        per_host = _slots(h)
+        self._move_in(aggregate, sorted(per_host), leave_freepool=False)
+        rc = resource_class(rid)
+        self._placement_put(f"/resource_classes/{rc}", None)
+        for host, count in per_host.items():
+            self._set_inventory(host, rc, count)
+        return {} if group_id is None else {rid: {"server_group_id": group_id}}
+
+    def _server_group(self, h: Handover) -> str | None:
+        affinity = h.params.get("affinity")
+        if affinity is None:
+            return None
+        name = f"{RESERVATION_PREFIX}:{h.reservation_id}"
+        for group in self.conn.compute.server_groups(all_projects=True):
+            if group.name == name:
+                return str(group.id)
+        policy = "affinity" if affinity else "anti-affinity"
+        return str(self.conn.compute.create_server_group(name=name, policy=policy).id)
+
+    def _flavor(self, h: Handover, group_id: str | None) -> Any:
+        rid = h.reservation_id
+        flavor = self._find_flavor(rid)
+        if flavor is None:
+            flavor = self.conn.compute.create_flavor(
+                id=rid,
+                name=f"{RESERVATION_PREFIX}:{rid}",
+                vcpus=int(h.params["vcpus"]),
+                ram=int(h.params["memory_mb"]),
+                disk=int(h.params["disk_gb"]),
+                is_public=False,
+            )
+        specs = {FLAVOR_EXTRA_SPEC: rid, f"resources:{resource_class(rid)}": "1"}
+        if group_id is not None:
+            specs["affinity_id"] = group_id
+        self.conn.compute.create_flavor_extra_specs(flavor, specs)
+        return flavor
+
+    def _find_flavor(self, flavor_id: str) -> Any:
+        from openstack.exceptions import NotFoundException
+
+        try:
+            return self.conn.compute.get_flavor(flavor_id)
+        except NotFoundException:
+            return None
+
+    def _end(self, h: Handover) -> None:
+        servers = list(self._servers_of(h))
+        policy = h.end_policy
+        if policy is EndPolicy.SNAPSHOT:
+            for server in servers:
+                self.conn.compute.create_server_image(
+                    server, f"{RESERVATION_PREFIX}:{h.reservation_id}:{server.id}"
+                )
+        if policy is EndPolicy.KEEP_UNTIL_ACK:
+            for server in servers:
+                if server.status == "ACTIVE":
+                    self.conn.compute.stop_server(server)
+        elif policy is EndPolicy.SUSPEND:
+            for server in servers:
+                if server.status not in ("SHELVED", "SHELVED_OFFLOADED"):
+                    self.conn.compute.shelve_server(server)
+        else:
+            self._delete_servers(servers)
+        self._cleanup(h)
+
+    def _cleanup(self, h: Handover) -> None:
+        """Everything the reservation's start made, undone (each step a no-op when done)."""
+        rid = h.reservation_id
+        if h.resource_type == INSTANCES:
+            flavor = self._find_flavor(rid)
+            if flavor is not None:
+                try:
+                    self.conn.compute.flavor_remove_tenant_access(flavor, h.project_id)
+                except Exception as exc:
+                    if "404" not in str(exc) and "not found" not in str(exc).lower():
+                        raise
+                if h.end_policy is not EndPolicy.KEEP_UNTIL_ACK:
+                    self.conn.compute.delete_flavor(flavor, ignore_missing=True)
+            for group in self.conn.compute.server_groups(all_projects=True):
+                if group.name == f"{RESERVATION_PREFIX}:{rid}":
+                    self.conn.compute.delete_server_group(group, ignore_missing=True)
+            rc = resource_class(rid)
+            for host in _slots(h):
+                self._delete_inventory(host, rc)
+            self._placement_delete(f"/resource_classes/{rc}")
+            aggregate = self._aggregate(rid)
+            if aggregate is not None:
+                for host in list(aggregate.hosts or []):
+                    aggregate = self.conn.compute.remove_host_from_aggregate(aggregate, host)
+                self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
+        elif h.resource_type == HOSTS:
+            self._dissolve(rid)
+
+    # -- servers -------------------------------------------------------------------------------
+
+    def _servers_of(self, h: Handover) -> Iterable[Any]:
+        """The servers running on the reservation's capacity: on its hosts (host reservation)
+        or of its flavor (instance reservation)."""
+        if h.resource_type == INSTANCES:
+            return [
+                s
+                for s in self.conn.compute.servers(all_projects=True)
+                if _flavor_id(s) == h.reservation_id
+            ]
+        hosts = set(h.hosts.values())
+        return [s for s in self.conn.compute.servers(all_projects=True) if s.compute_host in hosts]
+
+    def _kept(self, h: Handover) -> Iterable[Any]:
+        """What a keep-until-ack end kept: the project's stopped servers on the capacity."""
+        if h.resource_type == INSTANCES:
+            return self._servers_of(h)
+        return [s for s in self._servers_of(h) if s.project_id == h.project_id]
+
+    def _delete_servers(self, servers: list[Any]) -> None:
+        for server in servers:
+            self.conn.compute.delete_server(server, ignore_missing=True)
+        deadline = time.monotonic() + self.config.server_deletion_seconds
+        for server in servers:
+            while self._exists(server.id):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"server {server.id} was not deleted in time")
+                time.sleep(0.2)
+
+    def _exists(self, server_id: str) -> bool:
+        from openstack.exceptions import NotFoundException
+
+        try:
+            self.conn.compute.get_server(server_id)
+        except NotFoundException:
+            return False
+        return True
+
+    def _migrate(self, move: Migration) -> None:
+        """The reservation's servers on the old host live-migrated to the new one, its
+        Placement inventory moved with them (added on the new host first)."""
+        if not move.from_name or not move.to_name:
+            raise UnknownResource(f"migration of {move.reservation_id}: host name unknown")
+        rc = resource_class(move.reservation_id)
+        servers = [
+            s
+            for s in self.conn.compute.servers(all_projects=True)
+            if s.compute_host == move.from_name and _flavor_id(s) == move.reservation_id
+        ]
+        if self._rc_exists(rc):
+            self._set_inventory(move.to_name, rc, self._total(move.to_name, rc) + move.count)
+        for server in servers:
+            self.conn.compute.live_migrate_server(server, host=move.to_name, block_migration="auto")
+        deadline = time.monotonic() + self.config.server_deletion_seconds
+        for server in servers:
+            while True:
+                now = self.conn.compute.get_server(server.id)
+                if now.compute_host == move.to_name and now.status == "ACTIVE":
+                    break
+                if now.status == "ERROR" or time.monotonic() > deadline:
+                    raise RuntimeError(f"server {server.id} did not migrate to {move.to_name}")
+                time.sleep(0.2)
+        if self._rc_exists(rc):
+            left = self._total(move.from_name, rc) - move.count
+            if left > 0:
+                self._set_inventory(move.from_name, rc, left)
+            else:
+                self._delete_inventory(move.from_name, rc)
+
+    # -- Placement -----------------------------------------------------------------------------
+
+    def _placement_get(self, url: str) -> Any:
+        response = self.conn.placement.get(url, microversion=PLACEMENT_MICROVERSION)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.json()
+
+    def _placement_put(self, url: str, body: object) -> Any:
+        response = self.conn.placement.put(
+            url, json=body, microversion=PLACEMENT_MICROVERSION, raise_exc=False
+        )
+        if response.status_code >= 400:
+            raise RuntimeError(f"Placement PUT {url}: {response.status_code} {response.text}")
+        return response.json() if response.content else None
+
+    def _placement_delete(self, url: str) -> None:
+        response = self.conn.placement.delete(
+            url, microversion=PLACEMENT_MICROVERSION, raise_exc=False
+        )
+        if response.status_code >= 400 and response.status_code != 404:
+            raise RuntimeError(f"Placement DELETE {url}: {response.status_code} {response.text}")
+
+    def _provider(self, name: str) -> dict[str, Any] | None:
+        found = self._placement_get(f"/resource_providers?name={name}")
+        providers = (found or {}).get("resource_providers", [])
+        return dict(providers[0]) if providers else None
+
+    def _child(self, host: str) -> dict[str, Any]:
+        """The ``blazar_<host>`` provider under the compute's own one, made if missing."""
+        child = self._provider(f"blazar_{host}")
+        if child is not None:
+            return child
+        parent = self._provider(host)
+        if parent is None:
+            raise UnknownResource(f"Placement has no resource provider named {host!r}")
+        response = self.conn.placement.post(
+            "/resource_providers",
+            json={"name": f"blazar_{host}", "parent_provider_uuid": parent["uuid"]},
+            microversion=PLACEMENT_MICROVERSION,
+            raise_exc=False,
+        )
+        if response.status_code >= 400 and response.status_code != 409:
+            raise RuntimeError(f"Placement: {response.status_code} {response.text}")
+        made = self._provider(f"blazar_{host}")
+        if made is None:
+            raise RuntimeError(f"Placement did not make provider blazar_{host}")
+        return made
+
+    def _set_inventory(self, host: str, rc: str, total: int) -> None:
+        for _ in range(5):  # a concurrent writer bumps the generation: read it again
+            child = self._child(host)
+            base = f"/resource_providers/{child['uuid']}/inventories"
+            body: dict[str, Any] = {
+                "resource_provider_generation": child["generation"],
+                "total": total,
+            }
+            if self._placement_get(f"{base}/{rc}") is None:
+                response = self.conn.placement.post(
+                    base,
+                    json={**body, "resource_class": rc},
+                    microversion=PLACEMENT_MICROVERSION,
+                    raise_exc=False,
+                )
+            else:
+                response = self.conn.placement.put(
+                    f"{base}/{rc}", json=body, microversion=PLACEMENT_MICROVERSION, raise_exc=False
+                )
+            if response.status_code != 409:
+                break
+        if response.status_code >= 400:
+            raise RuntimeError(f"Placement inventory {rc} on {host}: {response.text}")
+
+    def _total(self, host: str, rc: str) -> int:
+        child = self._provider(f"blazar_{host}")
+        if child is None:
+            return 0
+        found = self._placement_get(f"/resource_providers/{child['uuid']}/inventories/{rc}")
+        return int(found["total"]) if found else 0
+
+    def _delete_inventory(self, host: str, rc: str) -> None:
+        child = self._provider(f"blazar_{host}")
+        if child is not None:
+            self._placement_delete(f"/resource_providers/{child['uuid']}/inventories/{rc}")
+
+    def _rc_exists(self, rc: str) -> bool:
+        return self._placement_get(f"/resource_classes/{rc}") is not None
+
+
+def _slots(h: Handover) -> dict[str, int]:
+    """Host name -> instance slots of an instance reservation (ids ``<host id>:<n>``)."""
+    counts = Counter(r.partition(":")[0] for r in h.resource_ids)
+    return {h.hosts[host_id]: n for host_id, n in counts.items() if host_id in h.hosts}
+
+
+def _flavor_id(server: Any) -> str | None:
+    flavor = server.flavor
+    if flavor is None:
+        return None
+    found = flavor.get("id") if isinstance(flavor, Mapping) else getattr(flavor, "id", None)
+    if found:
+        return str(found)
+    # Microversion 2.47+: the flavor is embedded, its id only in the original name.
+    name = flavor.get("original_name") if isinstance(flavor, Mapping) else flavor.name
+    prefix = f"{RESERVATION_PREFIX}:"
+    return str(name)[len(prefix) :] if name and str(name).startswith(prefix) else None

@@ -1,0 +1,297 @@
+"""Climate with the openstack backend against the real rig (Keystone, Nova with BlazarFilter,
+Placement): host enrolment from Nova, a host lease moving its host into the reservation's
+aggregate and back, the lessee's boot with the ``reservation`` hint landing there and a boot
+without it refused, the end policy applied, an instance reservation's flavor and inventory, and
+a missing setting named at start-up. Proved with openstacksdk calls, not Climate's word."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import openstack
+import pytest
+
+from climate.backends.base import Timeboxed
+from climate.backends.openstack import OpenStackBackend, resource_class
+from climate.config import Settings, load_settings
+from climate.db.engine import Database
+from climate.domain.actor import Actor
+from climate.domain.clock import ManualClock
+from climate.errors import InvalidInput
+from climate.manager.service import Manager
+from climate.runtime import build_context
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from tests.conftest import ADMIN
+from tests.test_backend_contract import rig_settings
+
+HOUR = dt.timedelta(hours=1)
+
+
+@pytest.fixture
+def cloud(openstack_env: dict[str, str]) -> Iterator[Any]:
+    os.environ.pop("OS_CLIENT_CONFIG_FILE", None)  # the rig's clouds.yaml would mix in
+    yield openstack.connect(
+        auth={
+            "auth_url": openstack_env["OS_AUTH_URL"],
+            "username": openstack_env["OS_USERNAME"],
+            "password": openstack_env["OS_PASSWORD"],
+            "project_name": openstack_env["OS_PROJECT_NAME"],
+            "user_domain_name": "Default",
+            "project_domain_name": "Default",
+        },
+        region_name="RegionOne",
+        load_yaml_config=False,
+    )
+
+
+@pytest.fixture
+def lessee(cloud: Any, openstack_env: dict[str, str]) -> Iterator[tuple[Actor, Any]]:
+    """A Keystone project with a member user; Climate's actor for it and its own connection."""
+    tag = uuid.uuid4().hex[:8]
+    project = cloud.identity.create_project(name=f"climate-lessee-{tag}", domain_id="default")
+    user = cloud.identity.create_user(
+        name=f"climate-lessee-{tag}", password="secret", domain_id="default"
+    )
+    member = cloud.identity.find_role("member")
+    cloud.identity.assign_project_role_to_user(project, user, member)
+    conn = openstack.connect(
+        auth={
+            "auth_url": openstack_env["OS_AUTH_URL"],
+            "username": user.name,
+            "password": "secret",
+            "project_id": project.id,
+            "user_domain_name": "Default",
+        },
+        region_name="RegionOne",
+        load_yaml_config=False,
+    )
+    yield Actor(user.id, project.id, frozenset({"member"})), conn
+    for server in cloud.compute.servers(all_projects=True, project_id=project.id):
+        cloud.compute.delete_server(server)
+    cloud.identity.delete_user(user)
+    cloud.identity.delete_project(project)
+
+
+@pytest.fixture
+def climate(
+    openstack_env: dict[str, str], settings: Settings, db: Database, clock: ManualClock
+) -> Iterator[Any]:
+    merged = {
+        **vars(rig_settings(openstack_env)),
+        "data_dir": settings.data_dir,
+        "database_url": settings.database_url,
+        "backend_timeout_seconds": 60.0,
+    }
+    ctx = build_context(replace(settings, **merged), db, clock)
+    backend = OpenStackBackend.from_settings(ctx.settings)
+    yield ctx, backend
+    # Enrolled hosts stay in the freepool, where BlazarFilter refuses unhinted boots: empty it
+    # so that the rig's other users find the computes as they were.
+    compute = backend.conn.compute
+    freepool = aggregate(compute, "freepool")
+    if freepool is not None:
+        for host in list(freepool.hosts or []):
+            freepool = compute.remove_host_from_aggregate(freepool, host)
+        compute.delete_aggregate(freepool)
+
+
+def boot(conn: Any, image: str, flavor: str, **extra: Any) -> Any:
+    server = conn.compute.create_server(
+        name=f"climate-{uuid.uuid4().hex[:6]}",
+        image_id=image,
+        flavor_id=flavor,
+        networks="none",
+        **extra,
+    )
+    return conn.compute.wait_for_server(server, status="ACTIVE", failures=["ERROR"], wait=60)
+
+
+def aggregate(cloud: Any, name: str) -> Any:
+    compute = getattr(cloud, "compute", cloud)
+    return next((a for a in compute.aggregates() if a.name == name), None)
+
+
+def test_unknown_host_is_refused_and_nothing_written(climate: Any) -> None:
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    with pytest.raises(InvalidInput, match="name: Nova has no hypervisor named 'compute99'"):
+        hosts.create(ADMIN, "compute99", {})
+    assert list(hosts.list_all(ADMIN)) == []
+
+
+def test_a_host_lease_moves_its_host_and_the_lessee_boots_there(
+    climate: Any,
+    cloud: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+) -> None:
+    ctx, backend = climate
+    actor, lessee_conn = lessee
+    host = HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute3", {})
+    assert (host.vcpus, host.memory_mb, host.service_name) == (16, 32768, "compute3")
+    assert "compute3" in aggregate(cloud, "freepool").hosts
+
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    clock.set(start)
+    leases = LeaseService(ctx)
+    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
+    fields["end_policy"] = "delete"
+    lease = leases.create(
+        actor,
+        LeaseRequest(
+            name="on-nova",
+            start=start,
+            end=start + HOUR,
+            reservations=[ReservationRequest("physical:host", fields)],
+        ),
+    )
+    (reservation,) = lease.reservations
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        shown = leases.get(actor, lease.id)
+        assert shown.status == "ACTIVE", shown.status_reason
+        assert [r.status for r in shown.reservations] == ["active"]
+        pool = aggregate(cloud, reservation.id)
+        assert pool.hosts == ["compute3"]
+        assert pool.availability_zone == f"blazar_{reservation.id}"
+        assert pool.metadata["blazar:owner"] == actor.project_id
+        assert pool.metadata[actor.project_id] == "blazar:project"
+        assert "compute3" not in (aggregate(cloud, "freepool").hosts or [])
+
+        image = openstack_env["OSTEST_IMAGE_ID"]
+        flavor = cloud.compute.create_flavor(
+            name=f"climate-{uuid.uuid4().hex[:6]}", vcpus=1, ram=256, disk=1
+        )
+        try:
+            hinted = boot(
+                lessee_conn, image, flavor.id, scheduler_hints={"reservation": reservation.id}
+            )
+            assert cloud.compute.get_server(hinted.id).compute_host == "compute3"
+            # Without the hint BlazarFilter keeps it off the reserved host (another host
+            # outside every Blazar pool may take it, or none: "No valid host").
+            try:
+                unhinted = boot(lessee_conn, image, flavor.id)
+            except openstack.exceptions.ResourceFailure:
+                pass
+            else:
+                assert cloud.compute.get_server(unhinted.id).compute_host != "compute3"
+                cloud.compute.delete_server(unhinted)
+
+            clock.set(start + HOUR)
+            manager.run_due()
+        finally:
+            cloud.compute.delete_flavor(flavor)
+        shown = leases.get(actor, lease.id)
+        assert shown.status == "TERMINATED"
+        assert [r.status for r in shown.reservations] == ["deleted"]
+        assert aggregate(cloud, reservation.id) is None
+        assert "compute3" in aggregate(cloud, "freepool").hosts
+        assert cloud.compute.find_server(hinted.id, ignore_missing=True) is None  # delete policy
+    finally:
+        clock.set(start + HOUR)
+        manager.run_due()
+
+
+def test_an_instance_reservation_makes_its_flavor_and_inventory(
+    climate: Any, cloud: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    ctx, backend = climate
+    actor, _ = lessee
+    HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute2", {})
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    clock.set(start)
+    fields = {"amount": 2, "vcpus": 1, "memory_mb": 512, "disk_gb": 1, "affinity": True}
+    leases = LeaseService(ctx)
+    lease = leases.create(
+        actor,
+        LeaseRequest(
+            name="instances",
+            start=start,
+            end=start + HOUR,
+            reservations=[ReservationRequest("virtual:instance", fields)],
+        ),
+    )
+    (reservation,) = lease.reservations
+    rid = reservation.id
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        assert leases.get(actor, lease.id).status == "ACTIVE"
+        flavor = cloud.compute.get_flavor(rid)
+        assert (flavor.name, flavor.is_public) == (f"reservation:{rid}", False)
+        specs = cloud.compute.fetch_flavor_extra_specs(flavor).extra_specs
+        assert specs["aggregate_instance_extra_specs:reservation"] == rid
+        assert specs[f"resources:{resource_class(rid)}"] == "1"
+        assert [a["tenant_id"] for a in cloud.compute.get_flavor_access(flavor)] == [
+            actor.project_id
+        ]
+        pool = aggregate(cloud, rid)
+        assert pool.metadata["reservation"] == rid
+        assert pool.metadata["filter_tenant_id"] == actor.project_id
+        group = cloud.compute.get_server_group(pool.metadata["affinity_id"])
+        assert group.name == f"reservation:{rid}"
+        assert specs["affinity_id"] == group.id
+        child = cloud.placement.get(
+            "/resource_providers?name=blazar_compute2", microversion="1.14"
+        ).json()["resource_providers"][0]
+        inventory = cloud.placement.get(
+            f"/resource_providers/{child['uuid']}/inventories", microversion="1.14"
+        ).json()["inventories"]
+        assert inventory[resource_class(rid)]["total"] == 2
+
+        clock.set(start + HOUR)
+        manager.run_due()
+        assert leases.get(actor, lease.id).status == "TERMINATED"
+        assert aggregate(cloud, rid) is None
+        assert cloud.compute.find_flavor(rid, ignore_missing=True) is None
+        classes = cloud.placement.get(f"/resource_classes/{resource_class(rid)}")
+        assert classes.status_code == 404
+    finally:
+        clock.set(start + HOUR)
+        manager.run_due()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"os_auth_url": ""}, "os_auth_url"),
+        ({"os_password": ""}, "os_password"),
+        ({"os_password": "wrong"}, "os_password"),
+        ({"os_auth_url": "http://127.0.0.1:9/v3"}, "os_auth_url"),
+    ],
+)
+def test_a_missing_or_wrong_setting_is_named_at_start_up(
+    openstack_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    change: dict[str, str],
+    named: str,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("OS_"):
+            monkeypatch.delenv(key)
+    settings = replace(rig_settings(openstack_env), **change)
+    began = time.monotonic()
+    with pytest.raises(InvalidInput, match=f"^[^:]*\\b{named}\\b[^:]*: "):
+        OpenStackBackend.from_settings(settings)
+    assert time.monotonic() - began < 60
+
+
+def test_os_variables_alone_configure_it(
+    openstack_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("OS_AUTH_URL", "OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME"):
+        monkeypatch.setenv(key, openstack_env[key])
+    monkeypatch.setenv("OS_USER_DOMAIN_NAME", "Default")
+    monkeypatch.setenv("OS_PROJECT_DOMAIN_NAME", "Default")
+    monkeypatch.delenv("OS_CLIENT_CONFIG_FILE", raising=False)
+    backend = OpenStackBackend.from_settings(load_settings(backend="openstack"))
+    assert backend.config.credentials.auth["username"] == openstack_env["OS_USERNAME"]

@@ -1,0 +1,177 @@
+"""One contract for every backend (as APScheduler runs one suite over every data store):
+typed actions in, one typed result per action out; start and end are idempotent; every end
+policy ends; manual start, acknowledge, migrate and enrol answer as the interface says.
+
+``openstack`` runs against the real rig (tests/openstack/conftest.py) and skips where it cannot
+start."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from climate.backends.base import (
+    Acknowledge,
+    Backend,
+    BeforeEnd,
+    Done,
+    End,
+    Enrol,
+    Handover,
+    Inspected,
+    Migrate,
+    Migration,
+    Start,
+    StartManual,
+    Timeboxed,
+    UnknownResource,
+)
+from climate.backends.faulty import FaultyBackend
+from climate.backends.standalone import StandaloneBackend
+from climate.config import Settings
+from climate.domain.status import EndPolicy, StartPolicy
+from tests.openstack.conftest import openstack_env as openstack_env  # the rig fixture
+
+NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+
+def rig_settings(env: dict[str, str]) -> Settings:
+    return Settings(
+        backend="openstack",
+        os_auth_url=env["OS_AUTH_URL"],
+        os_username=env["OS_USERNAME"],
+        os_password=env["OS_PASSWORD"],
+        os_project_name=env["OS_PROJECT_NAME"],
+        os_user_domain_name="Default",
+        os_project_domain_name="Default",
+        os_region_name=env.get("OS_REGION_NAME", "RegionOne"),
+    )
+
+
+@pytest.fixture(params=["standalone", "faulty", "openstack"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "standalone":
+        yield StandaloneBackend()
+    elif request.param == "faulty":
+        yield FaultyBackend(fault_rate=0.0)
+    else:
+        env = request.getfixturevalue("openstack_env")
+        os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
+        from climate.backends.openstack import OpenStackBackend
+
+        backend = OpenStackBackend.from_settings(rig_settings(env))
+        project = backend.conn.identity.create_project(
+            name=f"climate-contract-{uuid.uuid4().hex[:8]}", domain_id="default"
+        )
+        PROJECT[0] = project.id
+        yield backend
+        PROJECT[0] = ""
+        backend.handle([End((h,)) for h in MADE])  # whatever a failed test left started
+        MADE.clear()
+        backend.conn.identity.delete_project(project)
+
+
+MADE: list[Handover] = []
+PROJECT = [""]
+"""The project the handovers name: a real one on the rig (Nova checks flavor access)."""
+
+
+def host_handover(**changes: object) -> Handover:
+    handover = Handover(
+        lease_id=str(uuid.uuid4()),
+        reservation_id=str(uuid.uuid4()),
+        project_id=PROJECT[0] or uuid.uuid4().hex,
+        resource_type="physical:host",
+        resource_ids=("3",),
+        at=NOW,
+        hosts={"3": "compute3"},
+    )
+    made = replace(handover, **changes)  # type: ignore[arg-type]
+    MADE.append(made)
+    return made
+
+
+def instance_handover(**changes: object) -> Handover:
+    defaults: dict[str, object] = {
+        "resource_type": "virtual:instance",
+        "resource_ids": ("2:0", "2:1"),
+        "hosts": {"2": "compute2"},
+        "params": {"vcpus": 1, "memory_mb": 512, "disk_gb": 1, "amount": 2, "affinity": True},
+    }
+    return host_handover(**{**defaults, **changes})
+
+
+def ok(result: object) -> None:
+    assert isinstance(result, Done), result
+
+
+def test_one_result_per_action_in_order(backend: Backend) -> None:
+    h, other = host_handover(), instance_handover()
+    results = Timeboxed(backend, 60).handle([Start((h,)), Start((other,))])
+    assert len(results) == 2
+    for result in results:
+        ok(result)
+    for result in backend.handle([End((h,)), End((other,))]):
+        ok(result)
+
+
+@pytest.mark.parametrize("make", [host_handover, instance_handover], ids=["hosts", "instances"])
+def test_start_and_end_are_idempotent(backend: Backend, make: type[Handover]) -> None:
+    h = make()
+    for action in (Start((h,)), Start((h,)), End((h,)), End((h,))):
+        (result,) = backend.handle([action])
+        ok(result)
+
+
+@pytest.mark.parametrize("policy", list(EndPolicy))
+def test_every_end_policy_ends(backend: Backend, policy: EndPolicy) -> None:
+    h = host_handover(end_policy=policy)
+    ok(backend.handle([Start((h,))])[0])
+    ok(backend.handle([BeforeEnd(((h, "default"),))])[0])
+    ok(backend.handle([End((h,))])[0])
+    if policy is EndPolicy.KEEP_UNTIL_ACK:
+        ok(backend.handle([Acknowledge(h)])[0])
+        ok(backend.handle([Acknowledge(h)])[0])
+
+
+def test_manual_start_then_start_again(backend: Backend) -> None:
+    h = host_handover(start_policy=StartPolicy.MANUAL)
+    ok(backend.handle([Start((h,))])[0])
+    ok(backend.handle([StartManual(h)])[0])
+    ok(backend.handle([StartManual(h)])[0])
+    ok(backend.handle([End((h,))])[0])
+
+
+def test_migrate_moves_a_started_reservation(backend: Backend) -> None:
+    assert backend.can_migrate
+    h = instance_handover(params={"vcpus": 1, "memory_mb": 512, "disk_gb": 1, "affinity": None})
+    ok(backend.handle([Start((h,))])[0])
+    move = Migration(
+        h.lease_id, h.reservation_id, h.project_id, h.resource_type, 2, 1, 2, NOW,
+        from_name="compute2", to_name="compute1",
+    )  # fmt: skip
+    ok(backend.handle([Migrate((move,))])[0])
+    ok(backend.handle([Migrate((move,))])[0])
+    moved = replace(h, resource_ids=("1:0", "1:1"), hosts={"1": "compute1"})
+    ok(backend.handle([End((moved,))])[0])
+
+
+def test_enrol_inspects_a_known_host(backend: Backend) -> None:
+    (result,) = backend.handle([Enrol("physical:host", "compute1")])
+    assert isinstance(result, Inspected)
+    if backend.name == "openstack":
+        assert result.fields["service_name"] == "compute1"
+        assert result.fields["vcpus"] > 0 and result.fields["memory_mb"] > 0
+
+
+def test_enrol_of_an_unknown_host(backend: Backend) -> None:
+    (result,) = backend.handle([Enrol("physical:host", f"no-such-{uuid.uuid4().hex[:6]}")])
+    if backend.name == "openstack":  # a backend with a world refuses what it does not know
+        assert isinstance(result, UnknownResource)
+    else:
+        assert isinstance(result, Inspected)

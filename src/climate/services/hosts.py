@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate import inputs
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
@@ -52,6 +53,7 @@ class HostService:
             raise InvalidInput("name", "a host needs a non-empty name")
         if len(name) > 255:
             raise InvalidInput("name", "at most 255 characters")
+        inputs.name_text("name", name)
         now = self.ctx.clock.now()
         columns, properties = _split(fields, creating=True)
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
@@ -257,10 +259,4 @@ def _digits(text: str) -> bool:
 
 
 def _int(key: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and _digits(value.strip()):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
-        raise InvalidInput(key, f"must be an integer from 0 to {MAX_INT}, not {value!r}")
-    return value
+    return None if value is None else inputs.integer(key, value, minimum=0)

@@ -55,8 +55,9 @@ SERIES_FIELDS = frozenset(
         "reminders",
     }
 )
-MAX_DURATION = 10**10 - 1
-"""Seconds (over 300 years): any date plus or minus it stays within what a datetime holds."""
+MAX_DURATION = inputs.MAX_INT
+"""Seconds, as any integer field (68 years): any date plus or minus it stays within what a
+datetime holds."""
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
 _ISO_DURATION = re.compile(r"P(?:(\d{1,6})D)?(?:T(?:(\d{1,7})H)?(?:(\d{1,9})M)?(?:(\d{1,10})S)?)?")
 _FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

@@ -292,7 +292,7 @@ def test_inventory_checks_its_fields(
         fips.create(ADMIN, {"floating_ip_address": "10.0.0.1"})
     with pytest.raises(InvalidInput, match="^network_type: required"):
         networks.create(ADMIN, {"segment_id": 5})
-    with pytest.raises(InvalidInput, match="^segment_id: must be an integer"):
+    with pytest.raises(InvalidInput, match="^segment_id: must be at least 1"):
         networks.create(ADMIN, {"segment_id": 0, "network_type": "vlan"})
     device = devices.create(ADMIN, {"name": "gpu-0", "model": "a100"})
     with pytest.raises(InvalidInput, match="^name: cannot be changed"):

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from climate import inputs
 from climate.api.auth import Authenticator
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, PayloadTooLarge
@@ -67,14 +68,7 @@ async def _body(request: Request) -> bytes:
 async def _page(limit: str | None = None, marker: str | None = None) -> Page:
     """``limit`` and ``marker`` as in OpenStack: a positive integer (clamped to the
     ``max_page_size`` setting by the service) and the id of the last item seen."""
-    count = None
-    if limit is not None:
-        try:
-            count = int(limit)
-        except ValueError:
-            raise InvalidInput("limit", f"must be a positive integer, not {limit!r}") from None
-        if count <= 0:
-            raise InvalidInput("limit", f"must be a positive integer, not {count}")
+    count = None if limit is None else inputs.integer("limit", limit, minimum=1)
     return Page(limit=count, marker=marker)
 
 

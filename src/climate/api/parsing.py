@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from climate import inputs
 from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.services.leases import LeaseChanges, LeaseRequest, ReservationRequest
@@ -54,6 +55,9 @@ SERIES_FIELDS = frozenset(
         "reminders",
     }
 )
+MAX_DURATION = inputs.MAX_INT
+"""Seconds, as any integer field (68 years): any date plus or minus it stays within what a
+datetime holds."""
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
 _ISO_DURATION = re.compile(r"P(?:(\d{1,6})D)?(?:T(?:(\d{1,7})H)?(?:(\d{1,9})M)?(?:(\d{1,10})S)?)?")
 _FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -73,34 +77,48 @@ UPDATE_FIELDS = frozenset(
 
 
 def json_object(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object (an empty body is an empty object)."""
+    """The request body as a JSON object (an empty body is an empty object): every route's
+    one decoder. A key given twice in one object is refused, at any depth (which one would
+    count is the parser's choice, not the client's); so are control characters in keys and
+    strings (``check_text``)."""
     if not raw.strip():
         return {}
     # ValueError: also a bad encoding or an integer too long to convert; RecursionError: too deep.
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput("body", f"malformed JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidInput("body", "must be a JSON object")
-    _reject_nul(body, "")
+    check_text(body, "")
     return body
 
 
-def _reject_nul(value: object, where: str) -> None:
-    """NUL characters in any key or string (PostgreSQL cannot store them in text)."""
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise InvalidInput(
+                inputs.printable(key), "given twice in one object; send each key once"
+            )
+        found[key] = value
+    return found
+
+
+def check_text(value: object, where: str) -> None:
+    """No control characters in any key (``inputs.name_text``) or string (tabs and line
+    feeds only, ``inputs.free_text``: the fields that are names check for those as well).
+    NUL is among them: PostgreSQL cannot store it in text."""
     if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidInput(where or "body", "must not contain NUL characters")
+        inputs.free_text(where or "body", value)
     elif isinstance(value, dict):
         for key, item in value.items():
-            path = f"{where}.{key}" if where else str(key)
-            if "\x00" in key:
-                raise InvalidInput(where or "body", "field names must not contain NUL characters")
-            _reject_nul(item, path)
+            path = f"{where}.{key}" if where else key
+            inputs.name_text(inputs.printable(path), key)
+            check_text(item, path)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _reject_nul(item, f"{where}[{i}]")
+            check_text(item, f"{where}[{i}]")
 
 
 def parse_date(field: str, value: object) -> dt.datetime:
@@ -217,11 +235,8 @@ def _lease_type(value: object) -> LeaseType:
 
 
 def _optional_int(field: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**31:
-        raise InvalidInput(field, f"must be a whole number, not {value!r}")
-    return value
+    """A signed integer (its service checks the range that makes sense), or None."""
+    return None if value is None else inputs.integer(field, value, minimum=-inputs.MAX_INT)
 
 
 def _hold(body: Mapping[str, Any]) -> dt.timedelta | None:
@@ -245,24 +260,30 @@ def _hold(body: Mapping[str, Any]) -> dt.timedelta | None:
 
 def parse_duration(field: str, value: object) -> dt.timedelta:
     """Whole seconds (a number or a string of digits), ``"HH:MM"`` or an ISO 8601 duration
-    of days, hours, minutes and seconds (``"P1DT12H"``, ``"PT90M"``)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**10:
-        return dt.timedelta(seconds=value)
+    of days, hours, minutes and seconds (``"P1DT12H"``, ``"PT90M"``); shorter than
+    ``MAX_DURATION`` either way."""
     text = value.strip() if isinstance(value, str) else ""
-    digits = text.removeprefix("-")
-    # isascii: isdigit also accepts "²"; the length keeps it within what a timedelta holds.
-    if digits.isascii() and digits.isdigit() and len(digits) <= 10:
-        return dt.timedelta(seconds=int(text))
     clock = _CLOCK.fullmatch(text)
-    if clock is not None:
-        return dt.timedelta(hours=int(clock.group(1)), minutes=int(clock.group(2)))
     iso = _ISO_DURATION.fullmatch(text.upper())
-    if iso is not None and any(iso.groups()) and not text.upper().endswith("T"):
+    if clock is not None:
+        found = dt.timedelta(hours=int(clock.group(1)), minutes=int(clock.group(2)))
+    elif iso is not None and any(iso.groups()) and not text.upper().endswith("T"):
         days, hours, minutes, secs = (int(g or 0) for g in iso.groups())
-        return dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs)
-    raise InvalidInput(
-        field, f"must be whole seconds, 'HH:MM' or an ISO 8601 duration like 'PT2H', not {value!r}"
-    )
+        found = dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs)
+    elif isinstance(value, int) or text.removeprefix("-").isdigit():
+        seconds = inputs.integer(field, value, minimum=-MAX_DURATION, maximum=MAX_DURATION)
+        found = dt.timedelta(seconds=seconds)
+    else:
+        raise InvalidInput(
+            field,
+            f"must be whole seconds, 'HH:MM' or an ISO 8601 duration like 'PT2H', not "
+            f"{inputs.shown(value)}",
+        )
+    if abs(found.total_seconds()) > MAX_DURATION:
+        raise InvalidInput(
+            field, f"must be at most {MAX_DURATION} seconds, not {inputs.shown(value)}"
+        )
+    return found
 
 
 def before_end_offset(body: Mapping[str, Any]) -> dt.timedelta | None:

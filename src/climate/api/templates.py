@@ -39,7 +39,12 @@ def _parameters(value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise InvalidInput("parameters", "must be an object of parameter values")
     for key, given in value.items():
-        if not isinstance(given, str | int | float) or isinstance(given, bool):
+        if isinstance(given, bool):
+            raise InvalidInput(
+                f"parameters.{key}",
+                f"is a boolean ({str(given).lower()}) where a string or number is required",
+            )
+        if not isinstance(given, str | int | float):
             raise InvalidInput(f"parameters.{key}", f"must be a string or number, not {given!r}")
     return {key: str(given) for key, given in value.items()}
 

@@ -12,7 +12,14 @@ import httpx
 
 from climate.cli.lease_display import counter_offers, show_lease
 from climate.cli.lease_types import add_lease_type_options, lease_type_fields
-from climate.cli.output import describe_capacity, describe_grant, record, render_json, table
+from climate.cli.output import (
+    describe_capacity,
+    describe_grant,
+    printable,
+    record,
+    render_json,
+    table,
+)
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
 
 
@@ -34,9 +41,10 @@ class ApiClient:
         if response.status_code >= 400:
             try:
                 error = response.json()
-                message = error.get("error_message", response.text) + counter_offers(error)
+                message = printable(str(error.get("error_message", response.text)))
+                message += counter_offers(error)
             except (ValueError, AttributeError):
-                message = response.text
+                message = printable(response.text)
             raise SystemExit(f"error ({response.status_code}): {message}")
         return response.json() if response.content else None
 
@@ -183,7 +191,7 @@ def _create_from_template(api: ApiClient, args: argparse.Namespace) -> None:
         return
     show_lease(args, api, answer["lease"])
     for warning in answer["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {printable(str(warning))}", file=sys.stderr)
 
 
 def _read(path: str, option: str) -> str:
@@ -226,7 +234,7 @@ def availability_command(args: argparse.Namespace) -> None:
         if args.json:
             print(render_json(found))
             return
-        print(describe_capacity(found))
+        print(printable(describe_capacity(found)))
         shared = any("largest" in b for b in found["buckets"])  # GB or instances, not items
         counts = ["free", "largest"] if shared else ["free", "partly_busy", "busy"]
         print(table(found["buckets"], ["start_date", *counts]))

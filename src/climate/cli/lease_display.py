@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from climate.cli.output import describe_reservation, record, render_json, table
+from climate.cli.output import describe_reservation, printable, record, render_json, table
 from climate.cli.reservation_args import reservation_options
 
 if TYPE_CHECKING:
@@ -69,7 +69,9 @@ def counter_offers(error: dict[str, Any]) -> str:
         asked = reservation_options(lease["reservations"])
         below = " (less than asked)" if offer["below_request"] else ""
         start, end = lease["start_date"], lease["end_date"]
-        lines.append(f"  {offer['kind']}: --start '{start}' --end '{end}' {asked}{below}")
+        lines.append(
+            printable(f"  {offer['kind']}: --start '{start}' --end '{end}' {asked}{below}")
+        )
     if not lines:
         return ""
     return "\nthese would fit (each is also a lease body to POST as is):\n" + "\n".join(lines)

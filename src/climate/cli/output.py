@@ -1,22 +1,38 @@
-"""Readable tables for people, JSON for scripts."""
+"""Readable tables for people, JSON for scripts; either way, never a control character that
+came from the server (docs/security.md)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Unicode category Cc: a terminal obeys ESC (window titles, colours, cursor moves), CSI, BEL
+and carriage returns, whoever stored them."""
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character shown as its Python escape (``\\x1b``, ``\\n``)."""
+    return _CONTROL.sub(lambda found: repr(found.group())[1:-1], text)
+
 
 def render_json(data: object) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)
+    return _json(data, indent=2, sort_keys=True)
+
+
+def _json(data: object, **options: Any) -> str:
+    # ASCII-only JSON escapes every control character but DEL.
+    return json.dumps(data, **options).replace("\x7f", "\\u007f")
 
 
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
+        return _json(value)
+    return printable(str(value))
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -36,7 +52,7 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 
 
 def record(data: Mapping[str, Any]) -> str:
-    rows = [{"Field": k, "Value": _cell(v)} for k, v in data.items()]
+    rows = [{"Field": k, "Value": v} for k, v in data.items()]
     return table(rows, ["Field", "Value"])
 
 

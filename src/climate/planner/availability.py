@@ -263,6 +263,12 @@ class HostRequest:
     reducible: bool = True
     """Whether a counter-offer may lower its count (``Shortfall.reducible``)."""
 
+    @property
+    def most(self) -> int:
+        """``max``, but no more than the matching hosts: the same request, in a number that
+        numpy's int64 holds (a lease stored before counts were bounded may ask for 10**30)."""
+        return min(self.max, len(self.hosts.ids))
+
 
 class FreeCounter:
     """How many of some hosts are free for a window of ``duration`` starting at given times."""
@@ -322,7 +328,7 @@ class HostPlacer:
             left = counter.at(starts)
             for request in members:
                 fits &= left >= request.min
-                left = left - np.minimum(left, request.max)
+                left = left - np.minimum(left, request.most)
         return fits
 
     def place(self, start: int) -> list[Placement] | None:
@@ -415,7 +421,7 @@ class HostPlacer:
             left = len(order) - np.searchsorted(order, ends, side="left")
             for request in members:
                 fits &= left >= request.min
-                left = left - np.minimum(left, request.max)
+                left = left - np.minimum(left, request.most)
         return fits
 
 

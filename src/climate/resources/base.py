@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy.orm import Session
 
+from climate import inputs
 from climate.config import Settings
 from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy, StartPolicy
@@ -84,19 +85,12 @@ class ResourceType(abc.ABC):
 
 
 def int_field(raw: Mapping[str, Any], key: str, field: str, *, minimum: int) -> int:
-    """An integer given as a number or an integer-like string (the blazar CLI sends strings)."""
+    """An integer from ``minimum`` to ``inputs.MAX_INT``, given as a number or an integer-like
+    string (the blazar CLI sends strings)."""
     value = raw.get(key)
-    if isinstance(value, bool) or value is None:
+    if value is None:
         raise InvalidInput(f"{field}.{key}", "required integer is missing")
-    digits = value.strip().lstrip("-") if isinstance(value, str) else ""
-    # isascii: isdigit also accepts "²"; the length: int() refuses thousands of digits.
-    if digits.isascii() and digits.isdigit() and len(digits) <= 18:
-        value = int(value)
-    if not isinstance(value, int):
-        raise InvalidInput(f"{field}.{key}", f"must be an integer, not {value!r}")
-    if value < minimum:
-        raise InvalidInput(f"{field}.{key}", f"must be at least {minimum}, not {value}")
-    return value
+    return inputs.integer(f"{field}.{key}", value, minimum=minimum)
 
 
 def reject_unknown(raw: Mapping[str, Any], allowed: frozenset[str], field: str) -> None:
@@ -108,9 +102,10 @@ def reject_unknown(raw: Mapping[str, Any], allowed: frozenset[str], field: str) 
 
 
 def text_field(field_name: str, value: object) -> str:
+    """A name: a non-empty one-line string (or a number), at most 255 characters."""
     if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
-        raise InvalidInput(field_name, f"must be a non-empty string, not {value!r}")
-    text = str(value).strip()
+        raise InvalidInput(field_name, f"must be a non-empty string, not {inputs.shown(value)}")
+    text = inputs.name_text(field_name, str(value).strip())
     if len(text) > 255:
         raise InvalidInput(field_name, "at most 255 characters")
     return text

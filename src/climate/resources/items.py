@@ -19,6 +19,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from climate import inputs
 from climate.db import hosts as host_rows
 from climate.db import items as item_rows
 from climate.db.tables import Reservation
@@ -52,12 +53,9 @@ def _address(field_name: str, value: object) -> str:
 
 
 def _segment(field_name: str, value: object) -> str:
-    text = "" if isinstance(value, bool) else str(value).strip()
-    if not (text.isascii() and text.isdigit() and len(text) <= 9) or not (
-        1 <= int(text) <= MAX_SEGMENT_ID
-    ):
+    if isinstance(value, str) and not value.strip().isdigit():
         raise InvalidInput(field_name, f"must be an integer from 1 to {MAX_SEGMENT_ID}")
-    return str(int(text))
+    return str(inputs.integer(field_name, value, minimum=1, maximum=MAX_SEGMENT_ID))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate import inputs
 from climate.backends.base import Enrol, Inspected, Timeboxed, UnknownResource
 from climate.db import audit
 from climate.db import hosts as host_rows
@@ -55,6 +56,7 @@ class HostService:
             raise InvalidInput("name", "a host needs a non-empty name")
         if len(name) > 255:
             raise InvalidInput("name", "at most 255 characters")
+        inputs.name_text("name", name)
         columns, properties = _split(fields, creating=True)
         found = self._enrol(name)
         columns.update(found[0])
@@ -287,10 +289,4 @@ def _digits(text: str) -> bool:
 
 
 def _int(key: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and _digits(value.strip()):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
-        raise InvalidInput(key, f"must be an integer from 0 to {MAX_INT}, not {value!r}")
-    return value
+    return None if value is None else inputs.integer(key, value, minimum=0)

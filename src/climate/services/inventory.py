@@ -13,10 +13,10 @@ from climate.db import audit as audit_rows
 from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, ResourceInUse
+from climate.inputs import MAX_INT as MAX_INT
+from climate.inputs import free_text, name_text, shown
 from climate.services.context import Page
 
-MAX_INT = 2**31 - 1
-"""The largest value an Integer column holds on every database."""
 READ_ONLY = frozenset({"id", "created_at", "updated_at"})
 _Found = TypeVar("_Found")
 
@@ -54,28 +54,32 @@ def properties(fields: Mapping[str, Any], *, creating: bool) -> dict[str, str | 
 
 def check_key(key: object, read_only: frozenset[str] = READ_ONLY) -> None:
     """:raises InvalidInput: ``key`` is no property name (1 to ``PROPERTY_NAME_LENGTH``
-    characters), or one of the ``read_only`` fields."""
+    characters, none a control character), or one of the ``read_only`` fields."""
     if not isinstance(key, str) or not key or len(key) > PROPERTY_NAME_LENGTH:
         raise InvalidInput(
             "properties", f"property names are 1 to {PROPERTY_NAME_LENGTH} characters"
         )
+    name_text(f"properties.{shown(key)}", key)
     if key in read_only:
         raise InvalidInput(key, "cannot be set")
 
 
 def property_text(key: str, value: object, limit: int | None = PROPERTY_VALUE_LENGTH) -> str:
-    """A string or a number as stored text.
+    """A string or a number as stored text: one line, or any length of lines without a
+    ``limit``.
 
-    :raises InvalidInput: another type, or text longer than ``limit``.
+    :raises InvalidInput: another type, text longer than ``limit``, or a control character.
     """
     if isinstance(value, bool):
         return str(value)
     if not isinstance(value, str | int | float):
         raise InvalidInput(key, "must be a string or a number")
     text = str(value)
-    if limit is not None and len(text) > limit:
+    if limit is None:
+        return free_text(key, text)
+    if len(text) > limit:
         raise InvalidInput(key, f"at most {limit} characters")
-    return text
+    return name_text(key, text)
 
 
 def page_of(

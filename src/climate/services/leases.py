@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from climate import wire
+from climate import inputs, wire
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK, retry_transient
@@ -1041,6 +1041,7 @@ def _check_name(name: str) -> None:
         raise InvalidInput("name", "a lease needs a non-empty name")
     if len(name) > NAME_LENGTH:
         raise InvalidInput("name", f"at most {NAME_LENGTH} characters, not {len(name)}")
+    inputs.name_text("name", name)
 
 
 def _check_window(start: dt.datetime, end: dt.datetime) -> None:

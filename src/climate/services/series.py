@@ -13,7 +13,7 @@ from typing import Any
 from dateutil.rrule import rrulestr
 from sqlalchemy.orm import Session
 
-from climate import wire
+from climate import inputs, wire
 from climate.db import audit
 from climate.db import series as series_rows
 from climate.db.engine import ADMISSION_LOCK, retry_transient
@@ -388,6 +388,7 @@ def _check_name(name: str) -> None:
         raise InvalidInput(
             "name", f"at most {NAME_ROOM} characters (its leases add their date), not {len(name)}"
         )
+    inputs.name_text("name", name)
 
 
 def _seconds(value: dt.timedelta | None) -> int | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from climate import inputs
 from climate.errors import InvalidInput
 
 SERVER = "OS::Nova::Server"
@@ -145,10 +146,7 @@ class _Translation:
         self, scope: _Scope, properties: Mapping[str, Any], key: str, field: str, minimum: int
     ) -> int:
         found = self.value(scope, properties.get(key), f"{field}.{key}")
-        number = str(found).strip()
-        if isinstance(found, bool) or not number.isdigit() or int(number) < minimum:
-            raise InvalidInput(f"{field}.{key}", f"must be an integer >= {minimum}, not {found!r}")
-        return int(number)
+        return inputs.integer(f"{field}.{key}", found, minimum=minimum)
 
     def add(self, scope: _Scope, name: str, resource: object, field: str, times: int) -> None:
         if not isinstance(resource, dict) or not isinstance(resource.get("type"), str):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from climate import inputs
 from climate.db import audit
 from climate.db import tokens as token_rows
 from climate.db.tables import NAME_LENGTH, ApiToken
@@ -54,6 +55,10 @@ class TokenService:
         for field, value in (("user", user_id), ("project", project_id)):
             if not value:
                 raise InvalidInput(field, "required")
+        for field, value in (("name", name), ("user", user_id), ("project", project_id)):
+            inputs.name_text(field, value)
+        for role in roles:
+            inputs.name_text("roles", role)
         now = self.ctx.clock.now()
         token_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate import inputs
 from climate.db import volumes as volume_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import VolumePool
@@ -30,11 +31,9 @@ class PoolAllocations:
 
 
 def _capacity(value: object) -> int:
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        value = int(value.strip()) if len(value.strip()) <= 10 else value
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= inventory.MAX_INT:
-        raise InvalidInput("capacity_gb", f"must be an integer from 1 to {inventory.MAX_INT}")
-    return value
+    if value is None:
+        raise InvalidInput("capacity_gb", f"required: an integer from 1 to {inputs.MAX_INT}")
+    return inputs.integer("capacity_gb", value, minimum=1)
 
 
 class VolumePoolService:

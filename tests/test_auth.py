@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Iterator
@@ -264,7 +263,7 @@ def test_members_see_only_their_own_allocations(live: LiveServer) -> None:
 
 @contextlib.contextmanager
 def token_server(settings: Settings, url: str) -> Iterator[LiveServer]:
-    with serve(dataclasses.replace(settings, auth="token"), url) as server:
+    with serve(settings.model_copy(update={"auth": "token"}), url) as server:
         yield server
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -161,7 +160,7 @@ def token_server(settings: Settings, url: str) -> Iterator[LiveServer]:
     database = Database(url)
     try:
         context = build_context(
-            dataclasses.replace(settings, auth="token"), database, SystemClock()
+            settings.model_copy(update={"auth": "token"}), database, SystemClock()
         )
         with LiveServer(context) as server:
             yield server

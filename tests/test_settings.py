@@ -1,4 +1,4 @@
-"""Settings: typed and ranged, layered file < environment < overrides, every error naming its source."""
+"""Settings: typed and ranged; file < environment < overrides; every error names its source."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ from climate.errors import InvalidInput
             {"CLIMATE_BACKEND_TIMEOUT_SECONDS": "nan"},
             "CLIMATE_BACKEND_TIMEOUT_SECONDS: must be a finite number, not 'nan'",
         ),
-        ({"CLIMATE_AUTH": "basic"}, "CLIMATE_AUTH: must be one of 'noauth' or 'token', not 'basic'"),
+        (
+            {"CLIMATE_AUTH": "basic"},
+            "CLIMATE_AUTH: must be one of 'noauth' or 'token', not 'basic'",
+        ),
         (
             {"CLIMATE_ALLOW_NOAUTH_PUBLIC": "perhaps"},
             "CLIMATE_ALLOW_NOAUTH_PUBLIC: must be true or false, not 'perhaps'",

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from climate.config import Settings, load_settings
 from climate.errors import InvalidInput
+from climate.services.context import ServiceContext
 from climate.services.tokens import TokenService
 from tests.conftest import LiveServer, serve
 
@@ -430,3 +431,9 @@ def test_noauth_refuses_a_public_address_unless_forced(host: str) -> None:
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
 def test_noauth_may_listen_on_loopback(host: str) -> None:
     load_settings(env={}).check_bind(host)
+
+
+@pytest.mark.parametrize("days", [0, -1])
+def test_a_token_lifetime_must_be_above_zero(ctx: ServiceContext, days: int) -> None:
+    with pytest.raises(InvalidInput, match="^expires_in: must be above 0"):
+        TokenService(ctx).issue("t", "u", "p", ["member"], dt.timedelta(days=days))

@@ -54,6 +54,8 @@ class TokenService:
         for field, value in (("user", user_id), ("project", project_id)):
             if not value:
                 raise InvalidInput(field, "required")
+        if expires_in is not None and expires_in <= dt.timedelta(0):
+            raise InvalidInput("expires_in", f"must be above 0, not {expires_in}")
         now = self.ctx.clock.now()
         token_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
@@ -65,7 +67,7 @@ class TokenService:
             project_id=project_id,
             roles=",".join(sorted({r.strip() for r in roles if r.strip()})),
             created_at=now,
-            expires_at=now + expires_in if expires_in else None,
+            expires_at=None if expires_in is None else now + expires_in,
         )
         with self.ctx.db.transaction() as session:
             token_rows.add(session, row)

@@ -32,6 +32,7 @@ class ServerConfig(uvicorn.Config):
             host=settings.bind_host,
             port=settings.port,
             http=ReadTimeoutProtocol,
+            ws="none",
             limit_concurrency=settings.max_connections,
             log_level="warning",
             access_log=False,
@@ -59,7 +60,7 @@ class ReadTimeoutProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.header_timeout)
+        self._arm(self.header_timeout, reading_body=False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -68,36 +69,40 @@ class ReadTimeoutProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self.read_deadline is None:
-            self._arm(self.header_timeout)
+            self._arm(self.header_timeout, reading_body=False)
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
-        self._arm(self.body_timeout)
+        self._arm(self.body_timeout, reading_body=True)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._disarm()
 
-    def _arm(self, seconds: float) -> None:
+    def _arm(self, seconds: float, *, reading_body: bool) -> None:
         self._disarm()
-        self.read_deadline = self.loop.call_later(seconds, self._read_timed_out)
+        self.read_deadline = self.loop.call_later(seconds, self._read_timed_out, reading_body)
 
     def _disarm(self) -> None:
         if self.read_deadline is not None:
             self.read_deadline.cancel()
             self.read_deadline = None
 
-    def _read_timed_out(self) -> None:
+    def _read_timed_out(self, reading_body: bool) -> None:
         self.read_deadline = None
         if self.transport.is_closing():
             return
         cycle = self.cycle
-        if cycle is None or cycle.response_complete or not cycle.response_started:
-            if cycle is not None and not cycle.response_complete:
-                # The application waits for the rest of the body: it gets a disconnect, and
-                # whatever it answers is dropped rather than written after the 408.
-                cycle.disconnected = True
-                cycle.message_event.set()
+        if reading_body:
+            # The application waits for the rest of the body: it gets a disconnect, and whatever
+            # it answers is dropped rather than written after the 408.
+            answer = not cycle.response_started
+            cycle.disconnected = True
+            cycle.message_event.set()
+        else:
+            # The 408 goes out only if no earlier (pipelined) response is still being written.
+            answer = cycle is None or cycle.response_complete
+        if answer:
             self.transport.write(TIMEOUT_RESPONSE)
         self.transport.close()
 

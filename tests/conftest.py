@@ -28,6 +28,7 @@ from climate.runtime import Workers, build_context, build_workers
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
+from climate.serving import ServerConfig
 
 PG_ADMIN_URL = os.environ.get("CLIMATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -156,10 +157,8 @@ class LiveServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.workers: Workers = build_workers(ctx)
-        config = uvicorn.Config(
-            create_app(ctx), host="127.0.0.1", port=self.port, log_level="warning"
-        )
-        self.server = uvicorn.Server(config)
+        here = ctx.settings.model_copy(update={"bind_host": "127.0.0.1", "port": self.port})
+        self.server = uvicorn.Server(ServerConfig(create_app(ctx), here))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> LiveServer:

@@ -7,7 +7,6 @@ as it was (no lease, reservation, event, allocation or outbox row half-written).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import shutil
 import time
@@ -445,7 +444,7 @@ def test_duplicate_lease_name_in_a_project_is_a_conflict(
 
 
 def test_oversized_body_is_413_and_writes_nothing(settings: Settings, sqlite_url: str) -> None:
-    small = dataclasses.replace(settings, max_body_bytes=1024)
+    small = settings.model_copy(update={"max_body_bytes": 1024})
     with serve(small, sqlite_url) as server, client(server) as http:
         add_host(http, "compute-0")
         before = snapshot(server, http)

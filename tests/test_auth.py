@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from sqlalchemy import text
 from climate.config import Settings, load_settings
 from climate.errors import InvalidInput
 from climate.keystone import service_credentials
+from climate.services.context import ServiceContext
 from climate.services.tokens import TokenService
 from tests.conftest import LiveServer, serve
 
@@ -266,7 +266,7 @@ def test_members_see_only_their_own_allocations(live: LiveServer) -> None:
 
 @contextlib.contextmanager
 def token_server(settings: Settings, url: str) -> Iterator[LiveServer]:
-    with serve(dataclasses.replace(settings, auth="token"), url) as server:
+    with serve(settings.model_copy(update={"auth": "token"}), url) as server:
         yield server
 
 
@@ -461,3 +461,10 @@ def test_keystone_service_user_comes_from_the_file_or_os_variables_a_missing_key
         load_settings(str(config), env={**env, "OS_AUTH_TYPE": "token"})
     # Noauth ignores the OS_* variables an operator's shell may hold.
     assert load_settings(env={"OS_AUTH_URL": "x"}).auth == "noauth"
+
+
+def test_a_zero_lifetime_is_not_a_token_that_never_expires(ctx: ServiceContext) -> None:
+    tokens = TokenService(ctx)
+    issued = tokens.issue("t", "u", "p", ["member"], dt.timedelta(0))
+    (row,) = [t for t in tokens.list_all() if t.id == issued.row.id]
+    assert row.expires_at is not None

@@ -8,7 +8,6 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
@@ -36,7 +35,7 @@ HOUR = dt.timedelta(hours=1)
 def _context(
     settings: Settings, db: Database, clock: ManualClock, **changes: object
 ) -> ServiceContext:
-    return build_context(replace(settings, **changes), db, clock)  # type: ignore[arg-type]
+    return build_context(settings.model_copy(update=changes), db, clock)
 
 
 def _start_event(leases: LeaseService, lease_id: str) -> tuple[str, int, str | None]:
@@ -50,11 +49,13 @@ def _assignments(ctx: ServiceContext) -> int:
 
 
 def test_faulty_backend_is_an_installed_plugin_built_from_the_settings(settings: Settings) -> None:
-    backend = load_backend(replace(settings, backend="faulty", fault_rate=0.25, fault_seed=7))
+    backend = load_backend(
+        settings.model_copy(update={"backend": "faulty", "fault_rate": 0.25, "fault_seed": 7})
+    )
     assert isinstance(backend, FaultyBackend)
     assert (backend.fault_rate, backend.hang_rate) == (0.25, 0.0)
     with pytest.raises(InvalidInput, match="fault_rate: must lie between 0 and 1"):
-        load_backend(replace(settings, backend="faulty", fault_rate=1.5))
+        load_backend(settings.model_copy(update={"backend": "faulty", "fault_rate": 1.5}))
 
 
 def test_backend_failing_every_call_puts_event_and_lease_in_error_with_the_reason(

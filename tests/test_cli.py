@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -161,7 +160,7 @@ def token_server(settings: Settings, url: str) -> Iterator[LiveServer]:
     database = Database(url)
     try:
         context = build_context(
-            dataclasses.replace(settings, auth="token"), database, SystemClock()
+            settings.model_copy(update={"auth": "token"}), database, SystemClock()
         )
         with LiveServer(context) as server:
             yield server
@@ -174,8 +173,9 @@ def test_token_commands(settings: Settings, tmp_path: Path) -> None:
     db = ("--database-url", db_url)
     # --database-url is accepted before or after the action.
     admin = run(
-        "token", "create", "ops", "--user", "carol", "--project", "ops", "--roles", "admin", *db
-    ).stdout.strip()
+        "token", "create", "ops", "--user", "carol", "--project", "ops", "--roles", "admin",
+        "--no-expiry", *db
+    ).stdout.strip()  # fmt: skip
     member = run(
         "token", *db, "create", "alice", "--user", "alice", "--project", "project-a", "--days", "2"
     ).stdout.strip()
@@ -213,6 +213,30 @@ def test_token_commands(settings: Settings, tmp_path: Path) -> None:
     assert rows["alice"]["revoked_at"] is not None and rows["ops"]["revoked_at"] is None
     unknown = run("token", "revoke", "no-such-token", *db, ok=False)
     assert "no-such-token" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_a_token_expires_unless_never_is_asked_for_explicitly(tmp_path: Path) -> None:
+    db = ("--database-url", f"sqlite:///{tmp_path / 'climate.db'}")
+    create = ("token", "create", "--user", "u", "--project", "p", *db)
+    for days in ("0", "-1", "1.5", "soon"):
+        refused = run(*create, f"t{days}", f"--days={days}", ok=False)
+        assert f"argument --days: must be a whole number of days above 0, not '{days}'" in (
+            refused.stderr
+        )
+    both = run(*create, "both", "--days", "3", "--no-expiry", ok=False)
+    assert "not allowed with argument" in both.stderr
+    run(*create, "default")
+    run(*create, "week", "--days", "7")
+    run(*create, "forever", "--no-expiry")
+    listed = {row["name"]: row["expires_at"] for row in run_json("token", "list", *db)}
+    assert set(listed) == {"default", "week", "forever"}
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    days_left = {
+        name: round((dt.datetime.fromisoformat(stamp) - now) / dt.timedelta(days=1))
+        for name, stamp in listed.items()
+        if stamp is not None
+    }
+    assert days_left == {"default": 90, "week": 7} and listed["forever"] is None
 
 
 @pytest.mark.parametrize("args", [["lease"], ["host", "frobnicate"], ["token"], []])

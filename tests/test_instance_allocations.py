@@ -3,7 +3,6 @@ allocations do, and one host's at ``/v1/instances/allocations/{host_id}``."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
 import pytest
@@ -98,7 +97,7 @@ def test_a_marker_that_is_no_host_is_bad_input(
 
 
 def test_http_pages_are_capped_by_max_page_size(settings: Settings, database_url: str) -> None:
-    small = dataclasses.replace(settings, max_page_size=2)
+    small = settings.model_copy(update={"max_page_size": 2})
     with (
         serve(small, database_url) as server,
         client(server, CAROL_ADMIN) as admin,

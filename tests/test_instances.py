@@ -304,7 +304,7 @@ def test_allocation_ratios_scale_a_host_per_host_or_globally(
     (host,) = sized_hosts(hosts, 1, cpu_allocation_ratio=2, ram_allocation_ratio="2.0")
     # 8 vCPU x 2 = 16: four instances of 4 vCPU.
     assert placement(leases.create(ALICE, instance_lease("a", 4))) == {host: 4}
-    with pytest.raises(InvalidInput, match="^cpu_allocation_ratio"):
+    with pytest.raises(InvalidInput, match="^CLIMATE_CPU_ALLOCATION_RATIO: must be above 0"):
         load_settings(env={"CLIMATE_CPU_ALLOCATION_RATIO": "0"})
     doubled = load_settings(env={}, disk_allocation_ratio=3.0)
     other = LeaseService(build_context(doubled, ctx.db, ctx.clock))

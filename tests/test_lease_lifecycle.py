@@ -84,11 +84,12 @@ def test_ended_lease_frees_its_hosts_for_the_next_window(
 
 
 def test_every_transition_is_notified_through_the_outbox(settings, db, clock: ManualClock) -> None:
-    from dataclasses import replace
 
     from climate.runtime import build_context
 
-    ctx = build_context(replace(settings, webhooks=("http://127.0.0.1:9/hook",)), db, clock)
+    ctx = build_context(
+        settings.model_copy(update={"webhooks": ("http://127.0.0.1:9/hook",)}), db, clock
+    )
     add_hosts(HostService(ctx), 1)
     leases = LeaseService(ctx)
     manager = build_workers(ctx).manager
@@ -133,11 +134,10 @@ class FlakyBackend(Backend):
 def test_failed_start_is_retried_after_backoff_then_succeeds(
     settings, db, clock: ManualClock
 ) -> None:
-    from dataclasses import replace
 
     from climate.runtime import build_context
 
-    ctx = build_context(replace(settings, event_retry_base_seconds=10), db, clock)
+    ctx = build_context(settings.model_copy(update={"event_retry_base_seconds": 10}), db, clock)
     add_hosts(HostService(ctx), 1)
     leases = LeaseService(ctx)
     backend = FlakyBackend(failures=1)

@@ -3,7 +3,6 @@ server with the manager running, on the real clock, over SQLite and PostgreSQL."
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator
@@ -23,12 +22,13 @@ FORMAT = "%Y-%m-%d %H:%M:%S"
 
 @pytest.fixture
 def server(settings: Settings, database_url: str) -> Iterator[LiveServer]:
-    fast = dataclasses.replace(
-        settings,
-        retry_interval_seconds=0.3,
-        queue_poll_seconds=0.2,
-        webhooks=("http://127.0.0.1:9/hook",),
-        webhook_max_attempts=1,
+    fast = settings.model_copy(
+        update={
+            "retry_interval_seconds": 0.3,
+            "queue_poll_seconds": 0.2,
+            "webhooks": ("http://127.0.0.1:9/hook",),
+            "webhook_max_attempts": 1,
+        }
     )
     with serve(fast, database_url) as live:
         yield live

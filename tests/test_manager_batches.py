@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
@@ -150,7 +149,7 @@ def test_start_before_end_and_end_due_together_run_in_one_pass_in_lifecycle_orde
 @pytest.fixture
 def slow_retry(settings: Settings, db: Database, clock: ManualClock) -> ServiceContext:
     """A context whose failed events wait 10 s (then 20 s...) before their next attempt."""
-    return build_context(replace(settings, event_retry_base_seconds=10), db, clock)
+    return build_context(settings.model_copy(update={"event_retry_base_seconds": 10}), db, clock)
 
 
 @pytest.mark.parametrize("planned", [False, True], ids=["claimed", "planned"])
@@ -346,7 +345,9 @@ def test_planned_start_notifies_with_the_lease_as_it_became(
 ) -> None:
     from climate.db.tables import OutboxMessage
 
-    ctx = build_context(replace(settings, webhooks=("http://127.0.0.1:9/hook",)), db, clock)
+    ctx = build_context(
+        settings.model_copy(update={"webhooks": ("http://127.0.0.1:9/hook",)}), db, clock
+    )
     add_hosts(HostService(ctx), 2)
     leases = LeaseService(ctx)
     for name in ("a", "b"):

@@ -8,7 +8,6 @@ import hmac
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -66,7 +65,9 @@ def receiver() -> Iterator[Receiver]:
 
 def _setup(settings: Settings, db: Database, clock: ManualClock, urls: tuple[str, ...]):
     ctx = build_context(
-        replace(settings, webhooks=urls, webhook_secret=SECRET, webhook_max_attempts=3),
+        settings.model_copy(
+            update={"webhooks": urls, "webhook_secret": SECRET, "webhook_max_attempts": 3}
+        ),
         db,
         clock,
     )

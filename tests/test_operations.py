@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -19,7 +18,7 @@ MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"
 
 
 def _faulty(settings: Settings, fault_rate: float) -> Settings:
-    return replace(settings, backend="faulty", fault_rate=fault_rate)
+    return settings.model_copy(update={"backend": "faulty", "fault_rate": fault_rate})
 
 
 def _add_host(url: str) -> None:

@@ -3,7 +3,6 @@ id of the last item seen), ``sort_key`` and ``sort_dir``, in a stable order."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ MAX_PAGE = 4
 
 @pytest.fixture
 def small_pages(settings: Settings, database_url: str) -> Iterator[LiveServer]:
-    with serve(dataclasses.replace(settings, max_page_size=MAX_PAGE), database_url) as server:
+    with serve(settings.model_copy(update={"max_page_size": MAX_PAGE}), database_url) as server:
         yield server
 
 

@@ -422,7 +422,7 @@ def test_a_failing_backend_leaves_a_manual_reservation_held(
     leases: LeaseService,
     hang: bool,
 ) -> None:
-    ctx = build_context(replace(settings, backend_timeout_seconds=0.2), db, clock)
+    ctx = build_context(settings.model_copy(update={"backend_timeout_seconds": 0.2}), db, clock)
     actions = ReservationActionService(ctx, Unreachable(hang))
     (reservation,) = leases.get(ALICE_ACTOR, manual_lease).reservations
     reason = "timed out after 0.2 s" if hang else "cloud said no"
@@ -490,7 +490,7 @@ def test_the_actions_follow_their_policy_rules(
 ) -> None:
     rules = tmp_path / "policy.json"
     rules.write_text('{"climate:leases:start_reservation": "rule:admin"}')
-    ctx = build_context(replace(settings, policy_file=str(rules)), db, clock)
+    ctx = build_context(settings.model_copy(update={"policy_file": str(rules)}), db, clock)
     actions = ReservationActionService(ctx, StandaloneBackend())
     (reservation,) = LeaseService(ctx).get(ALICE_ACTOR, manual_lease).reservations
     with pytest.raises(Forbidden, match="climate:leases:start_reservation"):
@@ -521,7 +521,7 @@ def test_a_reminder_only_notifies_and_the_before_end_event_runs_the_action(
     settings: Settings, db: Database, clock: ManualClock, planned: bool, webhooks: bool
 ) -> None:
     hooks = ("http://127.0.0.1:9/hook",) if webhooks else ()
-    ctx = build_context(replace(settings, webhooks=hooks), db, clock)
+    ctx = build_context(settings.model_copy(update={"webhooks": hooks}), db, clock)
     add_hosts(HostService(ctx), 1)
     end = T0 + 4 * HOUR
     request = replace(host_request("l", T0, end, before_end=end - HOUR), reminders=[2 * HOUR])

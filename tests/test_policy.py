@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -136,7 +135,7 @@ def test_a_policy_file_lets_operators_manage_hosts(
     }
     policy_file = write(tmp_path, "policy.json", json.dumps(rules))
     with (
-        serve(dataclasses.replace(settings, policy_file=policy_file), database_url) as server,
+        serve(settings.model_copy(update={"policy_file": policy_file}), database_url) as server,
         client(server, OPERATOR_HEADERS) as operator,
         client(server, ALICE) as alice,
     ):
@@ -157,7 +156,7 @@ def test_a_policy_file_can_deny_lease_creation(
 ) -> None:
     policy_file = write(tmp_path, "policy.toml", '"blazar:leases:post" = "!"\n')
     with (
-        serve(dataclasses.replace(settings, policy_file=policy_file), database_url) as server,
+        serve(settings.model_copy(update={"policy_file": policy_file}), database_url) as server,
         client(server, ADMIN_HEADERS) as admin,
         client(server, ALICE) as alice,
     ):
@@ -178,7 +177,7 @@ def test_widening_the_admin_rule_widens_what_lists_show(
     policy_file = write(tmp_path, "policy.json", '{"admin": "role:admin or role:auditor"}')
     auditor = {"X-Project-Id": "audit", "X-User-Id": "ann", "X-Roles": "auditor"}
     with (
-        serve(dataclasses.replace(settings, policy_file=policy_file), database_url) as server,
+        serve(settings.model_copy(update={"policy_file": policy_file}), database_url) as server,
         client(server, ADMIN_HEADERS) as admin,
         client(server, ALICE) as alice,
         client(server, BOB) as bob,
@@ -216,7 +215,7 @@ def test_a_bad_policy_file_stops_startup_naming_the_rule(
     content: str,
     mentions: list[str],
 ) -> None:
-    bad = dataclasses.replace(settings, policy_file=write(tmp_path, name, content))
+    bad = settings.model_copy(update={"policy_file": write(tmp_path, name, content)})
     db = Database(sqlite_url)
     try:
         with pytest.raises(InvalidInput) as refused:

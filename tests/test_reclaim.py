@@ -531,7 +531,10 @@ def test_an_operator_may_forbid_reclaim(
     rules = tmp_path / "policy.json"
     rules.write_text(json.dumps({"climate:leases:reclaim": "rule:admin"}))
     strict = ServiceContext(
-        dataclasses.replace(settings, policy_file=str(rules)), ctx.db, ctx.clock, ctx.resource_types
+        settings.model_copy(update={"policy_file": str(rules)}),
+        ctx.db,
+        ctx.clock,
+        ctx.resource_types,
     )
     sized(hosts, "gpu-0", gpu="a100")
     with pytest.raises(Forbidden, match="climate:leases:reclaim"):
@@ -600,8 +603,8 @@ def host_body(name: str, lease_type: str = "immediate", **extra: Any) -> dict[st
 def live_cloud(settings: Settings, database_url: str) -> Iterator[tuple[httpx.Client, LiveServer]]:
     """A live server with a GPU host and a spare one, and a webhook (never answering) so that
     notifications are written to the outbox."""
-    hooked = dataclasses.replace(
-        settings, webhooks=("http://127.0.0.1:9/hook",), webhook_max_attempts=1
+    hooked = settings.model_copy(
+        update={"webhooks": ("http://127.0.0.1:9/hook",), "webhook_max_attempts": 1}
     )
     with serve(hooked, database_url) as live, httpx.Client(base_url=live.url, timeout=30) as http:
         for name, props in (("gpu-0", {"gpu": "a100"}), ("spare", {})):
@@ -668,7 +671,7 @@ def test_live_reclaim_needs_the_policy_and_a_best_effort_lease(
 ) -> None:
     rules = tmp_path / "policy.json"
     rules.write_text(json.dumps({"climate:leases:reclaim": "rule:admin"}))
-    strict = dataclasses.replace(settings, policy_file=str(rules))
+    strict = settings.model_copy(update={"policy_file": str(rules)})
     with serve(strict, database_url) as live, httpx.Client(base_url=live.url) as http:
         body = host_body("hunt", "best_effort", reclaim=True)
         refused = http.post("/v1/leases", json=body, headers=ALICE_HEADERS)

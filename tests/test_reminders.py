@@ -31,12 +31,13 @@ WIRE = "%Y-%m-%dT%H:%M:%S.%f"
 
 @pytest.fixture
 def server(settings: Settings, database_url: str) -> Iterator[LiveServer]:
-    hooked = dataclasses.replace(
-        settings,
-        webhooks=("http://127.0.0.1:9/hook",),
-        webhook_max_attempts=1,
-        retry_interval_seconds=0.3,
-        queue_poll_seconds=0.2,
+    hooked = settings.model_copy(
+        update={
+            "webhooks": ("http://127.0.0.1:9/hook",),
+            "webhook_max_attempts": 1,
+            "retry_interval_seconds": 0.3,
+            "queue_poll_seconds": 0.2,
+        }
     )
     with serve(hooked, database_url) as live:
         yield live

@@ -182,7 +182,7 @@ def test_flavors_setting_is_name_equals_vcpus_memory_disk() -> None:
         "tiny": Flavor(1, 256, 0),
     }
     assert set(FLAVORS) == {"m1.tiny", "m1.small", "m1.medium", "m1.large", "m1.xlarge"}
-    with pytest.raises(InvalidInput, match="flavors"):
+    with pytest.raises(InvalidInput, match="^CLIMATE_FLAVORS: 'm1.small=1:2048' is not name="):
         load_settings(env={"CLIMATE_FLAVORS": "m1.small=1:2048"})
 
 

@@ -2,69 +2,93 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from climate.errors import InvalidInput
 from climate.services.templates import parse_flavors
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
+Seconds = Annotated[float, Field(gt=0)]
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Everything an operator can set. Environment beats file beats default."""
+
+class Settings(BaseSettings):
+    """Everything an operator can set. Explicit overrides beat environment beat file beat default.
+
+    Build it with :func:`load_settings`, which names the variable or file of any bad value; derive
+    a variant with ``settings.model_copy(update={...})``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLIMATE_", frozen=True, extra="forbid", allow_inf_nan=False
+    )
 
     data_dir: str = str(Path.home() / ".local" / "share" / "climate")
     database_url: str = ""
-    bind_host: str = "127.0.0.1"
-    port: int = 1234
-    auth: str = "noauth"
+    bind_host: str = Field("127.0.0.1", min_length=1)
+    port: int = Field(1234, ge=1, le=65535)
+    auth: Literal["noauth", "token", "keystone"] = "noauth"
     allow_noauth_public: bool = False
-    default_project_id: str = "admin"
-    default_user_id: str = "admin"
-    admin_role: str = "admin"
-    backend: str = "standalone"
-    minutes_before_end_lease: int = 60
-    webhooks: tuple[str, ...] = ()
+    default_project_id: str = Field("admin", min_length=1)
+    default_user_id: str = Field("admin", min_length=1)
+    admin_role: str = Field("admin", min_length=1)
+    backend: str = Field("standalone", min_length=1)
+    minutes_before_end_lease: int = Field(60, ge=0)
+    webhooks: Annotated[tuple[str, ...], NoDecode] = ()
     webhook_secret: str = ""
-    webhook_timeout_seconds: float = 5.0
-    webhook_max_attempts: int = 10
-    event_max_attempts: int = 3
-    event_retry_base_seconds: float = 1.0
-    event_claim_seconds: float = 120.0
-    backend_timeout_seconds: float = 30.0
-    fault_rate: float = 0.0
-    fault_hang_rate: float = 0.0
+    webhook_timeout_seconds: Seconds = 5.0
+    webhook_max_attempts: int = Field(10, ge=1)
+    event_max_attempts: int = Field(3, ge=1)
+    event_retry_base_seconds: float = Field(1.0, ge=0)
+    event_claim_seconds: Seconds = 120.0
+    backend_timeout_seconds: Seconds = 30.0
+    fault_rate: float = Field(0.0, ge=0, le=1)
+    fault_hang_rate: float = Field(0.0, ge=0, le=1)
     fault_seed: int = 0
-    max_body_bytes: int = 1_048_576
-    max_page_size: int = 1000
-    availability_max_days: int = 400
-    offer_search_days: int = 30
+    max_body_bytes: int = Field(1_048_576, ge=1)
+    max_page_size: int = Field(1000, ge=1)
+    availability_max_days: int = Field(400, ge=1)
+    offer_search_days: int = Field(30, ge=1)
     policy_file: str = ""
-    max_wait_seconds: float = 30.0
-    cpu_allocation_ratio: float = 1.0
-    ram_allocation_ratio: float = 1.0
-    disk_allocation_ratio: float = 1.0
-    immediate_wait_seconds: float = 5.0
-    retry_max_attempts: int = 5
-    retry_interval_seconds: float = 60.0
-    queue_poll_seconds: float = 5.0
-    hold_max_seconds: int = 86_400
-    freepool_name: str = "freepool"
-    blazar_az_prefix: str = "blazar_"
-    blazar_owner: str = "blazar:owner"
-    project_id_key: str = "blazar:project"
-    """Blazar's names on the Nova side (its ``[nova]`` and ``[physical:host]`` options)."""
+    max_wait_seconds: Seconds = 30.0
+    cpu_allocation_ratio: float = Field(1.0, gt=0)
+    ram_allocation_ratio: float = Field(1.0, gt=0)
+    disk_allocation_ratio: float = Field(1.0, gt=0)
+    immediate_wait_seconds: float = Field(5.0, ge=0)
+    retry_max_attempts: int = Field(5, ge=1)
+    retry_interval_seconds: Seconds = 60.0
+    queue_poll_seconds: Seconds = 5.0
+    hold_max_seconds: int = Field(86_400, ge=1)
     flavors: str = (
         "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"
         "m1.xlarge=8:16384:160"
     )
     """Heat flavors a stack template may name, ``name=vcpus:memory_mb:disk_gb`` by commas."""
+    header_timeout_seconds: Seconds = 10.0
+    """A connection must send a request's complete headers within this long of starting it."""
+    body_timeout_seconds: Seconds = 30.0
+    """...and its complete body within this long of the headers."""
+    max_connections: int = Field(1000, ge=1)
+    """Open connections (per API process) beyond which new ones are answered 503 and closed."""
+    freepool_name: str = Field("freepool", min_length=1)
+    blazar_az_prefix: str = Field("blazar_", min_length=1)
+    blazar_owner: str = Field("blazar:owner", min_length=1)
+    project_id_key: str = Field("blazar:project", min_length=1)
+    """Blazar's names on the Nova side (its ``[nova]`` and ``[physical:host]`` options)."""
     # The service user (auth = "keystone" and the openstack backend), under the names the
     # ``openstack`` command reads: each also comes from its ``OS_*`` variable (OS_AUTH_URL, ...);
     # ``os_cloud`` names a cloud of a clouds.yaml whose entries the others override
@@ -89,9 +113,38 @@ class Settings:
     os_interface: str = ""
     keystone_www_authenticate_uri: str = ""
     """The Keystone address clients are told to authenticate at (401s); default: the auth URL."""
-    keystone_token_cache_seconds: int = 300
+    keystone_token_cache_seconds: int = Field(300, ge=-1)
     """How long a validated token is trusted without asking Keystone again (keystonemiddleware's
-    ``token_cache_time``): a revoked token keeps working that long."""
+    ``token_cache_time``; -1 asks Keystone every time): a revoked token keeps working that long."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings layers the file, the environment and overrides itself, to name the source
+        # of a bad value; Settings(...) on its own reads nothing else.
+        return (init_settings,)
+
+    @field_validator("webhooks", mode="before")
+    @classmethod
+    def _comma_separated(cls, raw: object) -> object:
+        if isinstance(raw, str):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return raw
+
+    @field_validator("flavors")
+    @classmethod
+    def _known_flavors(cls, text: str) -> str:
+        try:
+            parse_flavors(text)
+        except InvalidInput as exc:
+            raise ValueError(exc.message.removeprefix("flavors: ")) from exc
+        return text
 
     @property
     def effective_database_url(self) -> str:
@@ -110,21 +163,70 @@ class Settings:
                 )
 
 
-def _coerce(field: dataclasses.Field[Any], raw: object) -> object:
-    kind = field.type
-    if kind in ("int", int):
-        return int(str(raw))
-    if kind in ("float", float):
-        return float(str(raw))
-    if kind in ("bool", bool):
-        if isinstance(raw, bool):
-            return raw
-        return str(raw).strip().lower() in {"1", "true", "yes", "on"}
-    if str(kind).startswith("tuple"):
-        if isinstance(raw, list | tuple):
-            return tuple(str(v) for v in raw)
-        return tuple(v.strip() for v in str(raw).split(",") if v.strip())
-    return str(raw)
+class _Environment(EnvSettingsSource):
+    """``CLIMATE_*`` variables from a given mapping rather than always ``os.environ``."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._given = env
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._given, False, False, None)
+
+    def keys(self) -> dict[str, str]:
+        """Each setting found, with the variable it came from."""
+        return {
+            name: f"CLIMATE_{name.upper()}"
+            for name in Settings.model_fields
+            if f"CLIMATE_{name.upper()}" in self._given
+        }
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            table = tomllib.load(handle).get("climate", {})
+    except OSError as exc:
+        raise InvalidInput("config", f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput("config", f"{path} is not valid TOML: {exc}") from exc
+    if not isinstance(table, dict):
+        raise InvalidInput("config", f"{path}: [climate] must be a table")
+    return table
+
+
+def _problem(error: ErrorDetails) -> str:
+    """Pydantic's complaint in the words of the rest of Climate's errors."""
+    value, ctx, kind = error.get("input"), error.get("ctx", {}), error["type"]
+    wanted = {
+        "int_parsing": "an integer",
+        "int_type": "an integer",
+        "int_from_float": "an integer",
+        "float_parsing": "a number",
+        "float_type": "a number",
+        "finite_number": "a finite number",
+        "bool_parsing": "true or false",
+        "bool_type": "true or false",
+        "string_type": "a string",
+        "tuple_type": "a list",
+    }
+    if kind in wanted:
+        return f"must be {wanted[kind]}, not {value!r}"
+    if kind == "greater_than":
+        return f"must be above {ctx['gt']:g}, not {value!r}"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx['ge']:g}, not {value!r}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx['le']:g}, not {value!r}"
+    if kind == "string_too_short":
+        return "must not be empty"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}, not {value!r}"
+    if kind == "extra_forbidden":
+        return "unknown setting"
+    if kind == "value_error":
+        return error["msg"].removeprefix("Value error, ")
+    return f"{error['msg']}, not {value!r}"
 
 
 def load_settings(
@@ -132,46 +234,37 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     **overrides: object,
 ) -> Settings:
-    """Build settings from an optional TOML file, the environment and explicit overrides."""
+    """Build settings from an optional TOML file, the environment and explicit overrides.
+
+    ``env`` defaults to ``os.environ``; ``{}`` means no environment. Every error names the
+    setting as it was given: ``CLIMATE_PORT: must be an integer, not 'abc'``.
+    """
     env = os.environ if env is None else env
     values: dict[str, object] = {}
+    origin: dict[str, str] = {}
     file_path = path or env.get("CLIMATE_CONFIG")
     if file_path:
-        with open(file_path, "rb") as handle:
-            values.update(tomllib.load(handle).get("climate", {}))
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
-    for name in fields:
-        key = f"CLIMATE_{name.upper()}"
-        if key in env:
-            values[name] = env[key]
-        elif name.startswith("os_") and name.upper() in env:
+        table = _read_file(file_path)
+        values.update(table)
+        origin.update({name: f"{name} in {file_path}" for name in table})
+    for name in Settings.model_fields:
+        if name.startswith("os_") and name.upper() in env:
             values[name] = env[name.upper()]
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise InvalidInput("config", f"unknown settings: {', '.join(sorted(unknown))}")
+            origin[name] = name.upper()
+    environment = _Environment(env)
+    values.update(environment())
+    origin.update(environment.keys())
+    given = {name: value for name, value in overrides.items() if value is not None}
+    values.update(given)
+    origin.update({name: name for name in given})
     try:
-        coerced = {name: _coerce(fields[name], raw) for name, raw in values.items()}
-    except ValueError as exc:
-        raise InvalidInput("config", str(exc)) from exc
-    settings = Settings(**coerced)  # type: ignore[arg-type]
-    if settings.auth not in {"noauth", "token", "keystone"}:
-        raise InvalidInput(
-            "auth", f"must be 'noauth', 'token' or 'keystone', not {settings.auth!r}"
-        )
+        settings = Settings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "config"
+        raise InvalidInput(origin.get(name, name), _problem(first)) from None
     if settings.auth == "keystone":
         from climate.keystone import service_credentials
 
-        service_credentials(settings)
-    if settings.keystone_token_cache_seconds < 0:
-        raise InvalidInput(
-            "keystone_token_cache_seconds",
-            f"must be 0 or more, not {settings.keystone_token_cache_seconds}",
-        )
-    if settings.max_page_size < 1:
-        raise InvalidInput("max_page_size", f"must be at least 1, not {settings.max_page_size}")
-    for ratio in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):
-        if not getattr(settings, ratio) > 0:
-            raise InvalidInput(ratio, f"must be a number above 0, not {getattr(settings, ratio)}")
-    parse_flavors(settings.flavors)
+        service_credentials(settings)  # a missing one stops start-up, named
     return settings

@@ -134,16 +134,17 @@ def cloud(openstack_env: dict[str, str]) -> Iterator[Cloud]:
 
 
 def keystone_settings(settings: Settings, cloud: Cloud, **changes: Any) -> Settings:
-    return dataclasses.replace(
-        settings,
-        auth="keystone",
-        os_auth_url=cloud.admin.auth_url,
-        os_username=cloud.service.name,
-        os_password=cloud.service.password,
-        os_project_name="service",
-        os_user_domain_name="Default",
-        os_project_domain_name="Default",
-        **changes,
+    return settings.model_copy(
+        update=dict(
+            auth="keystone",
+            os_auth_url=cloud.admin.auth_url,
+            os_username=cloud.service.name,
+            os_password=cloud.service.password,
+            os_project_name="service",
+            os_user_domain_name="Default",
+            os_project_domain_name="Default",
+            **changes,
+        )
     )
 
 
@@ -419,11 +420,11 @@ def test_a_clouds_yaml_cloud_is_the_service_user_and_os_variables_override_it(
     credentials = service_credentials(load_settings(env={"CLIMATE_AUTH": "keystone", **env}))
     assert credentials.auth["username"] == cloud.service.name
     assert (credentials.auth["password"], credentials.region_name) == ("x", "RegionOne")
-    good = dataclasses.replace(
-        settings, auth="keystone", os_cloud="climate", os_client_config_file=str(clouds)
+    good = settings.model_copy(
+        update={"auth": "keystone", "os_cloud": "climate", "os_client_config_file": str(clouds)}
     )
     with pytest.raises(InvalidInput, match="refused the service user"):
         Authenticator(good, None)  # type: ignore[arg-type]
-    right = dataclasses.replace(good, os_password=cloud.service.password)
+    right = good.model_copy(update={"os_password": cloud.service.password})
     with serve(right, sqlite_url) as server, as_(server, cloud.admin.token(cloud.alice)) as alice:
         assert alice.get("/v1/leases").status_code == 200

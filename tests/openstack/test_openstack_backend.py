@@ -11,7 +11,6 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import openstack
@@ -84,12 +83,10 @@ def climate(
     openstack_env: dict[str, str], settings: Settings, db: Database, clock: ManualClock
 ) -> Iterator[Any]:
     merged = {
-        **vars(rig_settings(openstack_env)),
-        "data_dir": settings.data_dir,
-        "database_url": settings.database_url,
+        **rig_settings(openstack_env).model_dump(exclude_unset=True),
         "backend_timeout_seconds": 60.0,
     }
-    ctx = build_context(replace(settings, **merged), db, clock)
+    ctx = build_context(settings.model_copy(update=merged), db, clock)
     backend = OpenStackBackend.from_settings(ctx.settings)
     yield ctx, backend
     # Enrolled hosts stay in the freepool, where BlazarFilter refuses unhinted boots: empty it
@@ -278,7 +275,7 @@ def test_a_missing_or_wrong_setting_is_named_at_start_up(
     for key in list(os.environ):
         if key.startswith("OS_"):
             monkeypatch.delenv(key)
-    settings = replace(rig_settings(openstack_env), **change)
+    settings = rig_settings(openstack_env).model_copy(update=change)
     began = time.monotonic()
     with pytest.raises(InvalidInput, match=f"^[^:]*\\b{named}\\b[^:]*: "):
         OpenStackBackend.from_settings(settings)

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from climate import __version__
@@ -92,6 +93,8 @@ class OpenStackHeaders:
             return
         try:
             await self.app(scope, receive, send_with_headers)
+        except ClientDisconnect:  # gone, or cut off by the body read timeout: nobody to answer
+            LOG.debug("client left during %s %s", scope["method"], scope["path"])
         except Exception:  # the catch-all handler would answer without our headers
             LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
             if started:

@@ -7,14 +7,20 @@ import datetime as dt
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from climate.cli import client, inventory, reservations, series
 from climate.cli.output import render_json, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
+
+if TYPE_CHECKING:
+    from climate.runtime import Workers
+    from climate.services.context import ServiceContext
 
 # The server side (FastAPI, SQLAlchemy, Alembic) is imported by the commands that use it, so that
 # the HTTP client commands start in a fraction of the time.
@@ -30,57 +36,70 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
-    import uvicorn
-
     from climate.runtime import build_context, build_workers, open_database
+    from climate.serving import bind
 
     settings = _settings(args)
+    listener = None
     if api:
         settings.check_bind(settings.bind_host, force=args.allow_noauth_public)
+        listener = bind(settings)
     is_sqlite = settings.effective_database_url.startswith("sqlite")
     db = open_database(settings, upgrade=args.command == "serve" or is_sqlite)
-    ctx = build_context(settings, db)
-    workers = build_workers(ctx) if manager else None
-    if workers is not None:
-        workers.start(watch=not api or db.dialect != "sqlite")
-    if not api:
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
-        print(f"climate manager running on {db.url}", flush=True)
-        stop.wait()
-        assert workers is not None
-        workers.stop()
-        return
-    if args.workers > 1:
-        os.environ["CLIMATE_DATABASE_URL"] = settings.effective_database_url
-        if args.config:
-            os.environ["CLIMATE_CONFIG"] = args.config
-        uvicorn.run(
-            "climate.runtime:app_factory",
-            factory=True,
-            host=settings.bind_host,
-            port=settings.port,
-            workers=args.workers,
-            log_level="warning",
-        )
-        return
-    from climate.api.app import create_app
+    if listener is None:
+        _run_manager(build_workers(build_context(settings, db)), db.url)
+    elif args.workers > 1:
+        _run_api_workers(args, settings, listener)
+    else:
+        ctx = build_context(settings, db)
+        _run_api(ctx, listener, build_workers(ctx) if manager else None)
 
-    print(
-        f"climate listening on http://{settings.bind_host}:{settings.port} ({db.url})", flush=True
+
+def _run_manager(workers: Workers, url: str) -> None:
+    workers.start(watch=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"climate manager running on {url}", flush=True)
+    stop.wait()
+    workers.stop()
+
+
+def _run_api_workers(args: argparse.Namespace, settings: Settings, listener: socket.socket) -> None:
+    from uvicorn.supervisors import Multiprocess
+
+    from climate.serving import ServerConfig
+
+    # Each worker loads its settings again (runtime.app_factory): hand it the same ones.
+    os.environ["CLIMATE_DATABASE_URL"] = settings.effective_database_url
+    if args.config:
+        os.environ["CLIMATE_CONFIG"] = args.config
+    config = ServerConfig(
+        "climate.runtime:app_factory", settings, factory=True, workers=args.workers
     )
+    _print_listening(settings, f"{args.workers} workers")
+    Multiprocess(config, sockets=[listener]).run()
+
+
+def _run_api(ctx: ServiceContext, listener: socket.socket, workers: Workers | None) -> None:
+    import uvicorn
+
+    from climate.api.app import create_app
+    from climate.serving import ServerConfig
+
+    server = uvicorn.Server(ServerConfig(create_app(ctx), ctx.settings))
+    _print_listening(ctx.settings, str(ctx.db.url))
+    if workers is not None:
+        workers.start(watch=ctx.db.dialect != "sqlite")
     try:
-        uvicorn.run(
-            create_app(ctx),
-            host=settings.bind_host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-        )
+        server.run(sockets=[listener])
     finally:
         if workers is not None:
             workers.stop()
+
+
+def _print_listening(settings: Settings, what: str) -> None:
+    print(f"climate listening on http://{settings.bind_host}:{settings.port} ({what})", flush=True)
 
 
 def _db(args: argparse.Namespace) -> None:
@@ -103,7 +122,7 @@ def _token(args: argparse.Namespace) -> None:
     db = open_database(settings, upgrade=settings.effective_database_url.startswith("sqlite"))
     tokens = TokenService(build_context(settings, db))
     if args.action == "create":
-        expires = dt.timedelta(days=args.days) if args.days else None
+        expires = None if args.no_expiry else dt.timedelta(days=args.days)
         issued = tokens.issue(args.name, args.user, args.project, args.roles.split(","), expires)
         print(issued.token)
     elif args.action == "list":
@@ -123,6 +142,19 @@ def _token(args: argparse.Namespace) -> None:
     else:
         tokens.revoke(args.id)
         print(f"Revoked token {args.id}")
+
+
+DEFAULT_TOKEN_DAYS = 90
+
+
+def _positive_days(text: str) -> int:
+    days = int(text) if text.strip().lstrip("+").isdigit() else 0
+    if days < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of days above 0, not {text!r} "
+            "(--no-expiry makes a token that never expires)"
+        )
+    return days
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -157,7 +189,14 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--user", required=True)
     t.add_argument("--project", required=True)
     t.add_argument("--roles", default="member", help="comma-separated, e.g. admin,member")
-    t.add_argument("--days", type=int, help="expire after this many days")
+    lifetime = t.add_mutually_exclusive_group()
+    lifetime.add_argument(
+        "--days",
+        type=_positive_days,
+        default=DEFAULT_TOKEN_DAYS,
+        help=f"expire after this many days (default {DEFAULT_TOKEN_DAYS})",
+    )
+    lifetime.add_argument("--no-expiry", action="store_true", help="a token that never expires")
     t = token_actions.add_parser("list")
     t.add_argument("--json", action="store_true")
     t = token_actions.add_parser("revoke")

@@ -70,7 +70,7 @@ class TokenService:
             project_id=project_id,
             roles=",".join(sorted({r.strip() for r in roles if r.strip()})),
             created_at=now,
-            expires_at=now + expires_in if expires_in else None,
+            expires_at=None if expires_in is None else now + expires_in,
         )
         with self.ctx.db.transaction() as session:
             token_rows.add(session, row)

@@ -37,6 +37,8 @@ class Settings:
     event_max_attempts: int = 3
     event_retry_base_seconds: float = 1.0
     event_claim_seconds: float = 120.0
+    manager_heartbeat_seconds: float = 1.0
+    manager_dead_seconds: float = 5.0
     backend_timeout_seconds: float = 30.0
     fault_rate: float = 0.0
     fault_hang_rate: float = 0.0
@@ -128,5 +130,16 @@ def load_settings(
     for ratio in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):
         if not getattr(settings, ratio) > 0:
             raise InvalidInput(ratio, f"must be a number above 0, not {getattr(settings, ratio)}")
+    if not settings.manager_heartbeat_seconds > 0:
+        raise InvalidInput(
+            "manager_heartbeat_seconds",
+            f"must be a number above 0, not {settings.manager_heartbeat_seconds}",
+        )
+    if not settings.manager_dead_seconds >= 2 * settings.manager_heartbeat_seconds:
+        raise InvalidInput(
+            "manager_dead_seconds",
+            "must be at least twice manager_heartbeat_seconds "
+            f"({settings.manager_heartbeat_seconds}), not {settings.manager_dead_seconds}",
+        )
     parse_flavors(settings.flavors)
     return settings

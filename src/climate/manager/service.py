@@ -259,6 +259,7 @@ class Manager:
             gone = lease_rows.claim_holders(
                 session, [e.id for e in due if e.status == EventStatus.IN_PROGRESS]
             )
+            heads = {e.id for e in due if e.round == 0}
             lease_rows.claim(session, [e.id for e in due], self.name, now, until)
         for event_id, (holder, attempts) in gone.items():
             LOG.warning(
@@ -269,8 +270,8 @@ class Manager:
                 attempts,
             )
             # The lost attempt counts: an event that kills its manager must not kill every
-            # manager in turn, for ever.
-            if attempts >= settings.event_max_attempts:
+            # manager in turn, for ever. Its lease's later events were only claimed with it.
+            if event_id in heads and attempts >= settings.event_max_attempts:
                 self._record_failure(
                     event_id, f"manager {holder} stopped during attempt {attempts} of the event"
                 )

@@ -114,8 +114,9 @@ class Manager:
     """Fires events at their time. Several managers may share one database; none fires an event
     twice: an event is taken (claimed, or locked and verified in the planned path) before it
     runs, and its outcome is written only by the manager that took it. A claim left by a crashed
-    manager expires and the event runs again; backend actions are idempotent so that rerun is
-    safe.
+    manager is taken over once its heartbeat stops (or its claim expires, for a manager without
+    one: ``manager/liveness.py``) and the event runs again; backend actions are idempotent so
+    that rerun is safe.
 
     A failing event changes nothing and the others of its batch stand; should a segment fail as
     a whole, it is rolled back to its savepoint and applied again one event per savepoint.

@@ -36,7 +36,8 @@ TABLES = (
     "allocation_changes, host_allocations, assignments, outbox, events, reservations, leases, "
     "host_properties, "
     "hosts, resource_properties, api_tokens, audit_log, item_allocations, item_properties, items, "
-    "volume_allocations, volume_pool_properties, volume_pools, instance_allocations, lease_series"
+    "volume_allocations, volume_pool_properties, volume_pools, instance_allocations, lease_series, "
+    "managers"
 )
 
 ADMIN = Actor("admin-user", "admin-project", frozenset({"admin"}))

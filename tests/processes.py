@@ -45,9 +45,11 @@ class Process:
         self.proc.wait()
 
 
-def start_api(database_url: str, command: str = "api") -> tuple[Process, str]:
+def start_api(
+    database_url: str, command: str = "api", env: dict[str, str] | None = None
+) -> tuple[Process, str]:
     port = free_port()
-    process = Process([command, "--database-url", database_url, "--port", str(port)])
+    process = Process([command, "--database-url", database_url, "--port", str(port)], env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -62,5 +64,5 @@ def start_api(database_url: str, command: str = "api") -> tuple[Process, str]:
     raise RuntimeError(f"climate {command} did not come up on {url}")
 
 
-def start_manager(database_url: str) -> Process:
-    return Process(["manager", "--database-url", database_url])
+def start_manager(database_url: str, env: dict[str, str] | None = None) -> Process:
+    return Process(["manager", "--database-url", database_url], env)

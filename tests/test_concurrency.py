@@ -229,7 +229,7 @@ def _claiming_the_start(ctx: ServiceContext, manager: Manager) -> Iterator[list[
     """What ``Manager._claim`` does, committed only when the block ends."""
     with ctx.db.transaction() as session:
         now = ctx.clock.now()
-        due = lease_rows.due_events(session, now, 10)
+        due = lease_rows.due_events(session, now, 10, alive_since=now)
         assert [e.event_type for e in due] == ["start_lease"]
         lease_rows.claim(session, [due[0].id], manager.name, now, now + dt.timedelta(minutes=1))
         yield due

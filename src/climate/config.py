@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     event_max_attempts: int = Field(3, ge=1)
     event_retry_base_seconds: float = Field(1.0, ge=0)
     event_claim_seconds: Seconds = 120.0
+    manager_heartbeat_seconds: Seconds = 1.0
+    manager_dead_seconds: Seconds = 5.0
+    """A manager whose heartbeat is older than this is dead: its claims may be taken over."""
     backend_timeout_seconds: Seconds = 30.0
     fault_rate: float = Field(0.0, ge=0, le=1)
     fault_hang_rate: float = Field(0.0, ge=0, le=1)
@@ -136,6 +139,16 @@ class Settings(BaseSettings):
         if isinstance(raw, str):
             return tuple(part.strip() for part in raw.split(",") if part.strip())
         return raw
+
+    @field_validator("manager_dead_seconds")
+    @classmethod
+    def _dead_after_heartbeats(cls, seconds: float, info: ValidationInfo) -> float:
+        heartbeat = info.data.get("manager_heartbeat_seconds")
+        if heartbeat is not None and seconds < 2 * heartbeat:
+            raise ValueError(
+                f"must be at least twice manager_heartbeat_seconds ({heartbeat:g}), not {seconds:g}"
+            )
+        return seconds
 
     @field_validator("flavors")
     @classmethod

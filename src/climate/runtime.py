@@ -15,6 +15,7 @@ from climate.db import migrate
 from climate.db.engine import Database
 from climate.domain.clock import Clock, SystemClock
 from climate.errors import ClimateError
+from climate.manager.liveness import Heartbeat, SoleManager, start_liveness
 from climate.manager.service import Manager
 from climate.manager.wakeup import WakeWatcher
 from climate.notify.delivery import Deliverer
@@ -56,6 +57,7 @@ class Workers:
     manager: Manager
     deliverer: Deliverer
     watcher: WakeWatcher | None = None
+    liveness: Heartbeat | SoleManager | None = None
     started: bool = field(default=False)
 
     def wake(self, earliest: dt.datetime | None = None) -> None:
@@ -64,6 +66,8 @@ class Workers:
             self.deliverer.wake()
 
     def start(self, *, watch: bool = True) -> None:
+        ctx = self.manager.ctx
+        self.liveness = start_liveness(ctx.db, self.manager.name, ctx.settings, ctx.clock)
         if watch:
             self.watcher = WakeWatcher(self.manager.ctx.db, self.wake)
             self.watcher.start()
@@ -76,6 +80,8 @@ class Workers:
             self.watcher.stop()
         self.manager.stop()
         self.deliverer.stop()
+        if self.liveness is not None:
+            self.liveness.stop()
 
 
 def build_workers(ctx: ServiceContext) -> Workers:

@@ -27,9 +27,11 @@ from sqlalchemy import (
 )
 from sqlalchemy import cast as cast_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, selectinload
 
+from climate.db import managers
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
@@ -214,12 +216,15 @@ def hold_waiting_events(session: Session, lease_id: str) -> list[Event]:
 
 
 def next_due(session: Session) -> dt.datetime | None:
-    """When the earliest waiting event may run (including claims that will expire)."""
+    """When the earliest waiting event may run, including claims that will expire (those of
+    managers that do not heartbeat; ``managers.oldest_claimer_beat`` tells about the others)."""
     undone = session.scalar(
         select(func.min(Event.not_before)).where(Event.status == EventStatus.UNDONE)
     )
     stale = session.scalar(
-        select(func.min(Event.claimed_until)).where(Event.status == EventStatus.IN_PROGRESS)
+        select(func.min(Event.claimed_until)).where(
+            Event.status == EventStatus.IN_PROGRESS, ~managers.registered(Event.claimed_by)
+        )
     )
     candidates = [as_utc(v) for v in (undone, stale) if v is not None]
     return min(candidates) if candidates else None
@@ -245,16 +250,25 @@ class DueEvent:
     """0 for the first waiting event of its lease, 1 for the one after it, and so on."""
 
 
-def _runnable(now: dt.datetime) -> ColumnElement[bool]:
-    """Due and free to take: waiting and due, or claimed by a manager whose claim expired."""
+def _runnable(now: dt.datetime, alive_since: dt.datetime) -> ColumnElement[bool]:
+    """Due and free to take: waiting and due, or claimed by a manager that is gone: one that
+    heartbeats and has not since ``alive_since`` (wall clock), or one that does not and whose
+    claim expired. A heartbeating manager's claim is never taken while it beats, however long
+    its backend call takes."""
     return or_(
         (Event.status == EventStatus.UNDONE) & (Event.not_before <= now),
-        (Event.status == EventStatus.IN_PROGRESS) & (Event.claimed_until <= now),
+        (Event.status == EventStatus.IN_PROGRESS)
+        & or_(
+            managers.dead(Event.claimed_by, alive_since),
+            ~managers.registered(Event.claimed_by) & (Event.claimed_until <= now),
+        ),
     )
 
 
-def due_events(session: Session, now: dt.datetime, limit: int) -> list[DueEvent]:
-    """Events that may run now, and the order they run in.
+def due_events(
+    session: Session, now: dt.datetime, limit: int, *, alive_since: dt.datetime
+) -> list[DueEvent]:
+    """Events that may run now, and the order they run in (``alive_since``: see ``_runnable``).
 
     First the *heads*: due events whose lease has no earlier event (``seq``) still waiting or
     running, in order of time then same-time order (ends before starts), at most ``limit``. Then,
@@ -268,7 +282,7 @@ def due_events(session: Session, now: dt.datetime, limit: int) -> list[DueEvent]
     heads) and their followers ``FOR UPDATE``: only the holder of a head can take its followers.
     """
     postgres = session.get_bind().dialect.name == "postgresql"
-    runnable = _runnable(now)
+    runnable = _runnable(now, alive_since)
     earlier = aliased(Event)
     waiting_on_earlier = (
         select(earlier.id)
@@ -409,21 +423,47 @@ def claim(
 
 
 def lost_claims(session: Session, event_ids: Collection[str], owner: str) -> set[str]:
-    """Those of ``event_ids`` that ``owner`` no longer holds (its claim expired and another
-    manager took the event over); usually none, so nothing comes back."""
+    """Those of ``event_ids`` that ``owner`` no longer holds (another manager took the event
+    over); usually none, so nothing comes back.
+
+    On PostgreSQL the events are locked for the rest of the transaction, which runs them: from
+    here to its commit no other manager can take them over (``due_events`` skips locked heads),
+    even should this manager's heartbeat fall behind. If the process dies, the lock goes with
+    its connection."""
     if not event_ids:
         return set()
     rows = session.execute(
-        select(Event.id).where(
-            among(session, Event.id, event_ids),
-            or_(
-                Event.status != EventStatus.IN_PROGRESS,
-                Event.claimed_by.is_(None),
-                Event.claimed_by != owner,
-            ),
-        )
+        select(Event.id, Event.status, Event.claimed_by)
+        .where(among(session, Event.id, event_ids))
+        .with_for_update()
     )
-    return {row[0] for row in rows}
+    return {
+        id
+        for id, status, claimed_by in rows
+        if status != EventStatus.IN_PROGRESS or claimed_by != owner
+    }
+
+
+def expire_claims(session: Session, now: dt.datetime) -> int:
+    """End every event claim now (their managers are known to be gone); returns how many. The
+    events are then taken over like any expired claim."""
+    result = session.execute(
+        update(EVENTS)
+        .where(EVENTS.c.status == EventStatus.IN_PROGRESS)
+        .values(claimed_until=now, updated_at=now)
+    )
+    return int(cast(CursorResult[object], result).rowcount)
+
+
+def claim_holders(session: Session, event_ids: Collection[str]) -> dict[str, tuple[str, int]]:
+    """Who holds the claim of each of these events, and its attempts so far (each claim
+    counts one)."""
+    if not event_ids:
+        return {}
+    query = select(Event.id, Event.claimed_by, Event.attempts).where(
+        among(session, Event.id, event_ids)
+    )
+    return {id: (holder or "", attempts) for id, holder, attempts in session.execute(query)}
 
 
 def unclaim(session: Session, event_ids: Collection[str], owner: str, now: dt.datetime) -> None:

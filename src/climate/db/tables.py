@@ -53,6 +53,16 @@ class Lock(Base):
     version: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class ManagerProcess(Base):
+    """A running manager (PostgreSQL): its heartbeat tells the others whether its event claims
+    are still being worked on (``db/managers.py``)."""
+
+    __tablename__ = "managers"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    started_at: Mapped[dt.datetime]
+    heartbeat_at: Mapped[dt.datetime]
+
+
 class Host(Timestamped, Base):
     __tablename__ = "hosts"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

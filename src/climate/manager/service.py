@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from climate.backends.base import Backend, Outcome, Timeboxed
 from climate.db import leases as lease_rows
+from climate.db import managers
 from climate.db.leases import DueEvent
 from climate.db.tables import Event, Lease
 from climate.domain.clock import seconds_until
@@ -113,8 +114,9 @@ class Manager:
     """Fires events at their time. Several managers may share one database; none fires an event
     twice: an event is taken (claimed, or locked and verified in the planned path) before it
     runs, and its outcome is written only by the manager that took it. A claim left by a crashed
-    manager expires and the event runs again; backend actions are idempotent so that rerun is
-    safe.
+    manager is taken over once its heartbeat stops (or its claim expires, for a manager without
+    one: ``manager/liveness.py``) and the event runs again; backend actions are idempotent so
+    that rerun is safe.
 
     A failing event changes nothing and the others of its batch stand; should a segment fail as
     a whole, it is rolled back to its savepoint and applied again one event per savepoint.
@@ -249,18 +251,31 @@ class Manager:
     # -- claimed -----------------------------------------------------------------------------
 
     def _claim(self) -> list[DueEvent]:
+        settings = self.ctx.settings
         now = self.ctx.clock.now()
-        until = now + dt.timedelta(seconds=self.ctx.settings.event_claim_seconds)
+        until = now + dt.timedelta(seconds=settings.event_claim_seconds)
+        alive_since = managers.wall_now() - dt.timedelta(seconds=settings.manager_dead_seconds)
         with self.ctx.db.transaction() as session:
-            due = lease_rows.due_events(session, now, BATCH)
-            for event in due:
-                if event.status == EventStatus.IN_PROGRESS:
-                    LOG.warning(
-                        "event %s of lease %s: another manager's claim expired, taking it over",
-                        event.id,
-                        event.lease_id,
-                    )
+            due = lease_rows.due_events(session, now, BATCH, alive_since=alive_since)
+            gone = lease_rows.claim_holders(
+                session, [e.id for e in due if e.status == EventStatus.IN_PROGRESS]
+            )
+            heads = {e.id for e in due if e.round == 0}
             lease_rows.claim(session, [e.id for e in due], self.name, now, until)
+        for event_id, (holder, attempts) in gone.items():
+            LOG.warning(
+                "event %s: manager %s stopped during attempt %d (its claim expired or its "
+                "heartbeat stopped); taking it over",
+                event_id,
+                holder,
+                attempts,
+            )
+            # The lost attempt counts: an event that kills its manager must not kill every
+            # manager in turn, for ever. Its lease's later events were only claimed with it.
+            if event_id in heads and attempts >= settings.event_max_attempts:
+                self._record_failure(
+                    event_id, f"manager {holder} stopped during attempt {attempts} of the event"
+                )
         return due
 
     def _execute(self, due: list[DueEvent]) -> _Pass:
@@ -389,7 +404,7 @@ class Manager:
         settings = self.ctx.settings
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
-            event = session.get(Event, event_id)
+            event = session.get(Event, event_id, with_for_update=True)
             if event is None or not self._holds(event):
                 return
             lease = session.get(Lease, event.lease_id)
@@ -456,6 +471,15 @@ class Manager:
         with self.ctx.db.reader() as session:
             due = lease_rows.next_due(session)
             queue_due, hunting = lease_rows.queue_timers(session)
+            beat = managers.oldest_claimer_beat(session)
+        if beat is not None:
+            # When that manager's claims become takeable should it not beat again, on the
+            # service clock (heartbeats are wall-clock time).
+            silent = (
+                beat - managers.wall_now() + dt.timedelta(seconds=settings.manager_dead_seconds)
+            )
+            takeover = self.ctx.clock.now() + silent
+            due = takeover if due is None else min(due, takeover)
         if queue_due is not None:
             due = queue_due if due is None else min(due, queue_due)
         self._expecting = NOTHING_DUE if due is None else due

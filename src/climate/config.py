@@ -34,6 +34,7 @@ class Settings:
     webhook_secret: str = ""
     webhook_timeout_seconds: float = 5.0
     webhook_max_attempts: int = 10
+    webhook_concurrency: int = 8
     event_max_attempts: int = 3
     event_retry_base_seconds: float = 1.0
     event_claim_seconds: float = 120.0
@@ -128,5 +129,12 @@ def load_settings(
     for ratio in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):
         if not getattr(settings, ratio) > 0:
             raise InvalidInput(ratio, f"must be a number above 0, not {getattr(settings, ratio)}")
+    if settings.webhook_concurrency < 1:
+        raise InvalidInput(
+            "webhook_concurrency", f"must be at least 1, not {settings.webhook_concurrency}"
+        )
+    from climate.notify.sinks import validate_webhook_urls  # climate.notify imports this module
+
+    validate_webhook_urls(settings.webhooks)
     parse_flavors(settings.flavors)
     return settings

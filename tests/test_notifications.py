@@ -20,11 +20,12 @@ import pytest
 from climate.config import Settings, load_settings
 from climate.db import outbox
 from climate.db.engine import Database
-from climate.domain.clock import ManualClock
+from climate.domain.clock import ManualClock, SystemClock
 from climate.errors import InvalidInput
 from climate.notify.delivery import Deliverer
-from climate.notify.sinks import SIGNATURE_HEADER
+from climate.notify.sinks import DELIVERY_HEADER, SIGNATURE_HEADER
 from climate.runtime import build_context
+from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from tests.conftest import ALICE, T0, _reset_pg, free_port, serve
@@ -331,3 +332,70 @@ def _wait_until_dead(db: Database, expected: dict[str, int], deadline: float) ->
                 return
         assert time.monotonic() < deadline, counts
         time.sleep(0.1)
+
+
+def _slow_sink_messages(
+    settings: Settings, db: Database, slow: Receiver, count: int, timeout: float
+) -> ServiceContext:
+    """``count`` messages due now for ``slow``, tried once each, with this HTTP timeout."""
+    ctx = build_context(
+        replace(
+            settings,
+            webhooks=(slow.url,),
+            webhook_timeout_seconds=timeout,
+            webhook_max_attempts=1,
+        ),
+        db,
+        SystemClock(),
+    )
+    with db.transaction() as session:
+        for i in range(count):
+            payload = {"event": "lease.create", "n": i}
+            outbox.enqueue(session, [slow.url], "lease.create", payload, ctx.clock.now())
+    return ctx
+
+
+def test_a_claim_holds_until_its_messages_are_sent_so_a_second_deliverer_sends_none_again(
+    settings: Settings, db: Database
+) -> None:
+    slow = Receiver(hold=30)
+    ctx = _slow_sink_messages(settings, db, slow, count=6, timeout=0.5)
+    deliverers = [Deliverer(ctx), Deliverer(ctx)]  # two managers' deliverers
+    try:
+        for deliverer in deliverers:
+            deliverer.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with db.reader() as session:
+                if len(outbox.by_status(session, outbox.DEAD)) == 6:
+                    break
+            time.sleep(0.1)
+    finally:
+        for deliverer in deliverers:
+            deliverer.stop()
+        slow.close()
+    sent = [headers[DELIVERY_HEADER] for _, headers, _ in slow.arrivals]
+    assert len(set(sent)) == len(sent) == 6, sent
+
+
+def test_a_stopping_deliverer_hands_back_the_messages_it_claimed_and_did_not_send(
+    settings: Settings, db: Database
+) -> None:
+    slow = Receiver(hold=30)
+    ctx = _slow_sink_messages(settings, db, slow, count=3, timeout=1.0)
+    deliverer = Deliverer(ctx)
+    try:
+        deliverer.start()
+        deadline = time.monotonic() + 10
+        while not slow.arrivals and time.monotonic() < deadline:
+            time.sleep(0.02)
+        deliverer.stop()
+    finally:
+        slow.close()
+    assert len(slow.arrivals) == 1
+    stopped = ctx.clock.now()
+    with db.reader() as session:
+        (dead,) = outbox.by_status(session, outbox.DEAD)
+        assert "ReadTimeout" in (dead.last_error or "")
+        rest = outbox.by_status(session, outbox.PENDING)
+    assert [(m.attempts, m.next_attempt_at <= stopped) for m in rest] == [(0, True), (0, True)]

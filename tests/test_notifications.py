@@ -296,12 +296,13 @@ def test_every_healthy_receiver_gets_each_message_once_within_a_second_whatever_
             created = _create_leases(server.url, 20)
             deadline = time.monotonic() + 30
             lags = {r.url: _lags(r, created, deadline) for r in (healthy, other)}
-            time.sleep(2.0)  # past an old claim's hold (timeout * 2 + 1 s): no repeats come
+            # The down sink's last message dies 3 s after it was written (backoff 1 s, 2 s), past
+            # the hold the claims used to have (timeout * 2 + 1 s): repeats would be in by then.
+            _wait_until_dead(db, {MALFORMED: 5, down: 20}, deadline)
             for receiver in (healthy, other):
                 ids = [json.loads(body)["lease"]["id"] for _, _, body in receiver.arrivals]
                 assert sorted(ids) == sorted(created), receiver.url
                 assert max(lags[receiver.url]) < 1.0, lags[receiver.url]
-            _wait_until_dead(db, {MALFORMED: 5, down: 20}, deadline)
     finally:
         for receiver in (slow, healthy, other):
             receiver.close()

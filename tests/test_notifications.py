@@ -336,7 +336,12 @@ def _wait_until_dead(db: Database, expected: dict[str, int], deadline: float) ->
 
 
 def _slow_sink_messages(
-    settings: Settings, db: Database, slow: Receiver, count: int, timeout: float
+    settings: Settings,
+    db: Database,
+    slow: Receiver,
+    count: int,
+    timeout: float,
+    concurrency: int = 8,
 ) -> ServiceContext:
     """``count`` messages due now for ``slow``, tried once each, with this HTTP timeout."""
     ctx = build_context(
@@ -345,6 +350,7 @@ def _slow_sink_messages(
             webhooks=(slow.url,),
             webhook_timeout_seconds=timeout,
             webhook_max_attempts=1,
+            webhook_concurrency=concurrency,
         ),
         db,
         SystemClock(),
@@ -400,3 +406,28 @@ def test_a_stopping_deliverer_hands_back_the_messages_it_claimed_and_did_not_sen
         assert "ReadTimeout" in (dead.last_error or "")
         rest = outbox.by_status(session, outbox.PENDING)
     assert [(m.attempts, m.next_attempt_at <= stopped) for m in rest] == [(0, True), (0, True)]
+
+
+def test_a_failing_sink_gives_up_its_thread_after_each_attempt(
+    settings: Settings, db: Database
+) -> None:
+    """One thread for all sinks: five messages to a slow receiver, due first, hold up a healthy
+    receiver's message for one timeout, not five."""
+    slow, healthy = Receiver(hold=30), Receiver()
+    ctx = _slow_sink_messages(settings, db, slow, count=5, timeout=1.0, concurrency=1)
+    with db.transaction() as session:
+        payload = {"event": "lease.create"}
+        outbox.enqueue(session, [healthy.url], "lease.create", payload, ctx.clock.now())
+    deliverer = Deliverer(ctx)
+    started = time.monotonic()
+    try:
+        deliverer.start()
+        while not healthy.arrivals and time.monotonic() < started + 10:
+            time.sleep(0.02)
+    finally:
+        deliverer.stop()
+        slow.close()
+        healthy.close()
+    ((arrived, _, _),) = healthy.arrivals
+    assert arrived - started < 3.0
+    assert len(slow.arrivals) < 5

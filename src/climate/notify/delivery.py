@@ -37,7 +37,9 @@ class Deliverer:
     already serving a job on a pool of ``webhook_concurrency`` threads: claim a batch of its due
     messages, send them in order, record each outcome on its own message. A sink that is down,
     slow or malformed holds up only its own queue; a failure of any kind is that message's
-    attempt, retried with backoff and dead-lettered after ``webhook_max_attempts``.
+    attempt, retried with backoff and dead-lettered after ``webhook_max_attempts``, and ends the
+    job (the rest of the batch goes back), so a failing sink takes a thread for one message at a
+    time.
     """
 
     def __init__(self, ctx: ServiceContext, client: httpx.Client | None = None) -> None:
@@ -102,6 +104,10 @@ class Deliverer:
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             self._record(message.id, claim, error)
+            if error is not None and index + 1 < len(batch):
+                # A failing sink may fail slowly: give the thread to the sinks queued behind it.
+                self._release(batch[index + 1 :], claim)
+                return index + 1
         return len(batch)
 
     def _claim(self, sink: Sink) -> tuple[Sequence[OutboxMessage], dt.datetime]:

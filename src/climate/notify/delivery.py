@@ -56,8 +56,8 @@ class Deliverer:
         self._thread: threading.Thread | None = None
 
     def deliver_due(self) -> int:
-        """One batch of every sink with due messages, side by side; returns how many messages
-        were attempted."""
+        """One job for every sink with due messages, side by side (a batch, cut short by a
+        failed attempt); returns how many messages were attempted."""
         return sum(job.result() for job in self._dispatch())
 
     def _dispatch(self) -> list[Future[int]]:

@@ -6,37 +6,52 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import os
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
-from climate.config import Settings
+from climate.config import Settings, load_settings
 from climate.db import outbox
 from climate.db.engine import Database
-from climate.domain.clock import ManualClock
-from climate.notify.delivery import SIGNATURE_HEADER, Deliverer
+from climate.domain.clock import ManualClock, SystemClock
+from climate.errors import InvalidInput
+from climate.notify.delivery import Deliverer
+from climate.notify.sinks import DELIVERY_HEADER, SIGNATURE_HEADER
 from climate.runtime import build_context
+from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
-from tests.conftest import ALICE, T0
+from tests.conftest import ALICE, T0, _reset_pg, free_port, serve
 from tests.helpers import add_hosts, host_request
+from tests.processes import CLIMATE, Process
 
 SECRET = "s3cret"
 
 
 class Receiver:
-    """A real HTTP server on loopback that answers with the statuses it is told to."""
+    """A real HTTP server on loopback that answers with the statuses it is told to; a slow one
+    (``hold``) keeps every request waiting that long (or until it is closed) before answering."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: float = 0.0) -> None:
         self.received: list[tuple[dict[str, str], bytes]] = []
+        self.arrivals: list[tuple[float, dict[str, str], bytes]] = []
+        """(time.monotonic() at arrival, headers, body) of every request."""
         self.statuses: list[int] = []
+        self.closing = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.arrivals.append((time.monotonic(), dict(self.headers), body))
+                if hold:
+                    receiver.closing.wait(hold)
                 receiver.received.append((dict(self.headers), body))
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
@@ -52,6 +67,7 @@ class Receiver:
         self.thread.start()
 
     def close(self) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -116,8 +132,6 @@ def test_receiver_down_is_retried_with_backoff_until_it_answers(
 def test_unreachable_receiver_is_dead_lettered_and_others_still_get_theirs(
     settings: Settings, db: Database, clock: ManualClock, receiver: Receiver
 ) -> None:
-    from tests.conftest import free_port
-
     nobody = f"http://127.0.0.1:{free_port()}/hook"
     ctx, leases, deliverer = _setup(settings, db, clock, (nobody, receiver.url))
     leases.create(ALICE, host_request("l1", T0 + dt.timedelta(hours=1), T0 + dt.timedelta(hours=2)))
@@ -131,3 +145,293 @@ def test_unreachable_receiver_is_dead_lettered_and_others_still_get_theirs(
         assert "ConnectError" in (dead.last_error or "")
         assert len(outbox.by_status(session, outbox.DELIVERED)) == 1
     assert len(receiver.received) == 1
+
+
+MALFORMED = "http://[::1:1243/hook"
+"""The probe's URL: a bracket left open, so its "port" is ':1:1243'."""
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        MALFORMED,
+        "ftp://127.0.0.1/hook",
+        "http:///hook",
+        "127.0.0.1:1242/hook",
+        "http://127.0.0.1:99999/hook",
+        "http://exa mple/hook",
+    ],
+)
+def test_a_malformed_webhook_url_is_refused_at_start_up_naming_the_setting_and_the_url(
+    bad: str,
+) -> None:
+    good = "http://127.0.0.1:1242/hook"
+    with pytest.raises(InvalidInput) as refused:
+        load_settings(env={"CLIMATE_WEBHOOKS": f"{bad},{good}"})
+    assert refused.value.field == "CLIMATE_WEBHOOKS"
+    assert repr(bad) in refused.value.message
+    assert good not in refused.value.message
+    assert load_settings(env={"CLIMATE_WEBHOOKS": f"{good},https://[::1]:8443/h"}).webhooks == (
+        good,
+        "https://[::1]:8443/h",
+    )
+
+
+@pytest.mark.slow
+def test_climate_manager_does_not_start_with_a_malformed_webhook_url(sqlite_url: str) -> None:
+    env = {**os.environ, "CLIMATE_WEBHOOKS": f"{MALFORMED},http://127.0.0.1:1242/hook"}
+    done = subprocess.run(
+        [CLIMATE, "manager", "--database-url", sqlite_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    assert "error: CLIMATE_WEBHOOKS: not a webhook URL" in done.stderr
+    assert MALFORMED in done.stderr
+
+
+def test_a_stored_message_to_a_malformed_url_fails_alone_until_it_is_dead_lettered(
+    settings: Settings, db: Database, clock: ManualClock, receiver: Receiver
+) -> None:
+    ctx, leases, deliverer = _setup(settings, db, clock, (receiver.url,))
+    with db.transaction() as session:  # stored before webhook URLs were checked at start-up
+        outbox.enqueue(session, [MALFORMED], "lease.create", {"event": "lease.create"}, T0)
+    leases.create(ALICE, host_request("l1", T0 + dt.timedelta(hours=1), T0 + dt.timedelta(hours=2)))
+    assert deliverer.deliver_due() == 2
+    assert len(receiver.received) == 1
+    with db.reader() as session:
+        (delivered,) = outbox.by_status(session, outbox.DELIVERED)
+        assert delivered.url == receiver.url
+        (failed,) = outbox.by_status(session, outbox.PENDING)
+        assert (failed.url, failed.attempts) == (MALFORMED, 1)
+        assert failed.last_error == "not a webhook URL: Invalid port: ':1:1243'"
+        assert failed.next_attempt_at == T0 + dt.timedelta(seconds=1)
+    for _ in range(2):
+        clock.advance(dt.timedelta(minutes=10))
+        assert deliverer.deliver_due() == 1
+    with db.reader() as session:
+        (dead,) = outbox.by_status(session, outbox.DEAD)
+        assert (dead.url, dead.attempts) == (MALFORMED, 3)
+    assert len(receiver.received) == 1
+
+
+def _create_leases(api: str, count: int) -> dict[str, float]:
+    """``count`` leases in one hour windows from an hour on, by HTTP; the time.monotonic() at
+    which each was created (its response came back), by lease id."""
+    assert httpx.post(f"{api}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+    first = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    created = {}
+    for i in range(count):
+        start = first + dt.timedelta(hours=i)
+        body = {
+            "name": f"l{i}",
+            "start_date": start.strftime("%Y-%m-%d %H:%M"),
+            "end_date": (start + dt.timedelta(minutes=30)).strftime("%Y-%m-%d %H:%M"),
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+            "events": [],
+        }
+        response = httpx.post(f"{api}/v1/leases", json=body)
+        assert response.status_code == 201, response.text
+        created[response.json()["lease"]["id"]] = time.monotonic()
+    return created
+
+
+def _lags(receiver: Receiver, created: dict[str, float], deadline: float) -> list[float]:
+    """Once ``receiver`` has a message for every lease (or at ``deadline``): how long after its
+    lease's creation each message arrived, in arrival order."""
+    while len(receiver.arrivals) < len(created) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [at - created[json.loads(body)["lease"]["id"]] for at, _, body in receiver.arrivals]
+
+
+def test_a_slow_receiver_does_not_delay_the_others(settings: Settings, database_url: str) -> None:
+    slow, healthy = Receiver(hold=30), Receiver()
+    hooks = settings.model_copy(
+        update={"webhooks": (slow.url, healthy.url), "webhook_timeout_seconds": 1.0}
+    )
+    try:
+        with serve(hooks, database_url) as server:
+            created = _create_leases(server.url, 20)
+            lags = _lags(healthy, created, deadline=time.monotonic() + 30)
+    finally:
+        slow.close()
+        healthy.close()
+    assert len(lags) == 20
+    assert max(lags) < 1.0, lags
+
+
+@pytest.mark.slow
+def test_every_healthy_receiver_gets_each_message_once_within_a_second_whatever_the_others(
+    settings: Settings, pg_url: str
+) -> None:
+    """The probe's set-up on PostgreSQL with two managers, this process's and a ``climate
+    manager``: one sink malformed (messages stored before start-up checks), one down, one slow,
+    two healthy."""
+    _reset_pg(pg_url)
+    with Database(pg_url).transaction() as session:
+        outbox.enqueue(
+            session,
+            [MALFORMED] * 5,
+            "lease.create",
+            {"event": "lease.create"},
+            dt.datetime.now(dt.UTC),
+        )
+    slow, healthy, other = Receiver(hold=30), Receiver(), Receiver()
+    down = f"http://127.0.0.1:{free_port()}/hook"
+    hooks = (down, slow.url, healthy.url, other.url)
+    second = Process(
+        ["manager", "--database-url", pg_url],
+        env={
+            "CLIMATE_WEBHOOKS": ",".join(hooks),
+            "CLIMATE_WEBHOOK_TIMEOUT_SECONDS": "1",
+            "CLIMATE_WEBHOOK_MAX_ATTEMPTS": "3",
+        },
+    )
+    db = Database(pg_url)
+    try:
+        _wait_for_output(second, "climate manager running")
+        mine = settings.model_copy(
+            update={"webhooks": hooks, "webhook_timeout_seconds": 1.0, "webhook_max_attempts": 3}
+        )
+        with serve(mine, pg_url) as server:
+            created = _create_leases(server.url, 20)
+            deadline = time.monotonic() + 30
+            lags = {r.url: _lags(r, created, deadline) for r in (healthy, other)}
+            # The down sink's last message dies 3 s after it was written (backoff 1 s, 2 s), past
+            # the hold the claims used to have (timeout * 2 + 1 s): repeats would be in by then.
+            _wait_until_dead(db, {MALFORMED: 5, down: 20}, deadline)
+            for receiver in (healthy, other):
+                ids = [json.loads(body)["lease"]["id"] for _, _, body in receiver.arrivals]
+                assert sorted(ids) == sorted(created), receiver.url
+                assert max(lags[receiver.url]) < 1.0, lags[receiver.url]
+    finally:
+        for receiver in (slow, healthy, other):
+            receiver.close()
+        logs = second.stop()
+        db.dispose()
+    assert "Traceback" not in logs, logs
+
+
+def _wait_for_output(process: Process, text: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        process.log.seek(0)
+        if text in process.log.read():
+            return
+        assert process.proc.poll() is None, process.stop()
+        time.sleep(0.05)
+    raise AssertionError(f"no {text!r} from climate {' '.join(process.args)}")
+
+
+def _wait_until_dead(db: Database, expected: dict[str, int], deadline: float) -> None:
+    """Every message of each sink in ``expected`` dead-lettered after its three attempts."""
+    while True:
+        with db.reader() as session:
+            dead = outbox.by_status(session, outbox.DEAD)
+            counts = {url: sum(1 for m in dead if m.url == url) for url in expected}
+            if counts == expected:
+                assert {m.attempts for m in dead} == {3}
+                return
+        assert time.monotonic() < deadline, counts
+        time.sleep(0.1)
+
+
+def _slow_sink_messages(
+    settings: Settings,
+    db: Database,
+    slow: Receiver,
+    count: int,
+    timeout: float,
+    concurrency: int = 8,
+) -> ServiceContext:
+    """``count`` messages due now for ``slow``, tried once each, with this HTTP timeout."""
+    ctx = build_context(
+        settings.model_copy(
+            update={
+                "webhooks": (slow.url,),
+                "webhook_timeout_seconds": timeout,
+                "webhook_max_attempts": 1,
+                "webhook_concurrency": concurrency,
+            }
+        ),
+        db,
+        SystemClock(),
+    )
+    with db.transaction() as session:
+        for i in range(count):
+            payload = {"event": "lease.create", "n": i}
+            outbox.enqueue(session, [slow.url], "lease.create", payload, ctx.clock.now())
+    return ctx
+
+
+def test_a_claim_holds_until_its_messages_are_sent_so_a_second_deliverer_sends_none_again(
+    settings: Settings, db: Database
+) -> None:
+    slow = Receiver(hold=30)
+    ctx = _slow_sink_messages(settings, db, slow, count=6, timeout=0.5)
+    deliverers = [Deliverer(ctx), Deliverer(ctx)]  # two managers' deliverers
+    try:
+        for deliverer in deliverers:
+            deliverer.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with db.reader() as session:
+                if len(outbox.by_status(session, outbox.DEAD)) == 6:
+                    break
+            time.sleep(0.1)
+    finally:
+        for deliverer in deliverers:
+            deliverer.stop()
+        slow.close()
+    sent = [headers[DELIVERY_HEADER] for _, headers, _ in slow.arrivals]
+    assert len(set(sent)) == len(sent) == 6, sent
+
+
+def test_a_stopping_deliverer_hands_back_the_messages_it_claimed_and_did_not_send(
+    settings: Settings, db: Database
+) -> None:
+    slow = Receiver(hold=30)
+    ctx = _slow_sink_messages(settings, db, slow, count=3, timeout=1.0)
+    deliverer = Deliverer(ctx)
+    try:
+        deliverer.start()
+        deadline = time.monotonic() + 10
+        while not slow.arrivals and time.monotonic() < deadline:
+            time.sleep(0.02)
+        deliverer.stop()
+    finally:
+        slow.close()
+    assert len(slow.arrivals) == 1
+    stopped = ctx.clock.now()
+    with db.reader() as session:
+        (dead,) = outbox.by_status(session, outbox.DEAD)
+        assert "ReadTimeout" in (dead.last_error or "")
+        rest = outbox.by_status(session, outbox.PENDING)
+    assert [(m.attempts, m.next_attempt_at <= stopped) for m in rest] == [(0, True), (0, True)]
+
+
+def test_a_failing_sink_gives_up_its_thread_after_each_attempt(
+    settings: Settings, db: Database
+) -> None:
+    """One thread for all sinks: five messages to a slow receiver, due first, hold up a healthy
+    receiver's message for one timeout, not five."""
+    slow, healthy = Receiver(hold=30), Receiver()
+    ctx = _slow_sink_messages(settings, db, slow, count=5, timeout=1.0, concurrency=1)
+    with db.transaction() as session:
+        payload = {"event": "lease.create"}
+        outbox.enqueue(session, [healthy.url], "lease.create", payload, ctx.clock.now())
+    deliverer = Deliverer(ctx)
+    started = time.monotonic()
+    try:
+        deliverer.start()
+        while not healthy.arrivals and time.monotonic() < started + 10:
+            time.sleep(0.02)
+    finally:
+        deliverer.stop()
+        slow.close()
+        healthy.close()
+    ((arrived, _, _),) = healthy.arrivals
+    assert arrived - started < 3.0
+    assert len(slow.arrivals) < 5

@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     webhook_secret: str = ""
     webhook_timeout_seconds: Seconds = 5.0
     webhook_max_attempts: int = Field(10, ge=1)
+    webhook_concurrency: int = Field(8, ge=1)
     event_max_attempts: int = Field(3, ge=1)
     event_retry_base_seconds: float = Field(1.0, ge=0)
     event_claim_seconds: Seconds = 120.0
@@ -149,6 +150,17 @@ class Settings(BaseSettings):
                 f"must be at least twice manager_heartbeat_seconds ({heartbeat:g}), not {seconds:g}"
             )
         return seconds
+
+    @field_validator("webhooks")
+    @classmethod
+    def _webhook_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        from climate.notify.sinks import validate_webhook_urls  # climate.notify imports config
+
+        try:
+            validate_webhook_urls(urls)
+        except InvalidInput as exc:
+            raise ValueError(exc.message.removeprefix("webhooks: ")) from exc
+        return urls
 
     @field_validator("flavors")
     @classmethod

@@ -1,12 +1,18 @@
-"""The transactional outbox: notifications written with the change that caused them."""
+"""The transactional outbox: notifications written with the change that caused them.
+
+Each row is one message for one sink, named by its ``url``. A pending row is due once
+``next_attempt_at`` has passed; a deliverer claims rows by pushing ``next_attempt_at`` past the
+time their sending can take, and that exact time is its claim: it records an outcome only on
+rows that still carry it.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from climate.db.tables import OutboxMessage
@@ -38,10 +44,27 @@ def enqueue(
     )
 
 
-def due(session: Session, now: dt.datetime, limit: int) -> Sequence[OutboxMessage]:
+def due_sinks(session: Session, now: dt.datetime) -> Sequence[str]:
+    """The sinks with messages due, the longest waiting first."""
+    query = (
+        select(OutboxMessage.url)
+        .where(OutboxMessage.status == PENDING, OutboxMessage.next_attempt_at <= now)
+        .group_by(OutboxMessage.url)
+        .order_by(func.min(OutboxMessage.next_attempt_at))
+    )
+    return session.scalars(query).all()
+
+
+def due(session: Session, url: str, now: dt.datetime, limit: int) -> Sequence[OutboxMessage]:
+    """Up to ``limit`` of ``url``'s due messages in the order they were due, locked against other
+    deliverers (PostgreSQL; SQLite writers are serialised anyway)."""
     query = (
         select(OutboxMessage)
-        .where(OutboxMessage.status == PENDING, OutboxMessage.next_attempt_at <= now)
+        .where(
+            OutboxMessage.status == PENDING,
+            OutboxMessage.url == url,
+            OutboxMessage.next_attempt_at <= now,
+        )
         .order_by(OutboxMessage.next_attempt_at, OutboxMessage.id)
         .limit(limit)
     )
@@ -50,10 +73,25 @@ def due(session: Session, now: dt.datetime, limit: int) -> Sequence[OutboxMessag
     return session.scalars(query).all()
 
 
-def next_due(session: Session) -> dt.datetime | None:
-    value = session.scalar(
-        select(func.min(OutboxMessage.next_attempt_at)).where(OutboxMessage.status == PENDING)
+def release(session: Session, ids: Collection[int], claim: dt.datetime, now: dt.datetime) -> None:
+    """Make claimed messages that were not sent due again at once, where ``claim`` still holds."""
+    session.execute(
+        update(OutboxMessage)
+        .where(
+            OutboxMessage.id.in_(ids),
+            OutboxMessage.status == PENDING,
+            OutboxMessage.next_attempt_at == claim,
+        )
+        .values(next_attempt_at=now)
     )
+
+
+def next_due(session: Session, excluding: Collection[str] = ()) -> dt.datetime | None:
+    """When the next message is due, leaving out the sinks in ``excluding``."""
+    query = select(func.min(OutboxMessage.next_attempt_at)).where(OutboxMessage.status == PENDING)
+    if excluding:
+        query = query.where(OutboxMessage.url.not_in(excluding))
+    value = session.scalar(query)
     return None if value is None else as_utc(value)
 
 

@@ -1,82 +1,137 @@
-"""Delivery of outbox messages to webhooks: signed, retried with backoff, dead-lettered at last."""
+"""Delivery of outbox messages: every sink drains its own queue, retried with backoff,
+dead-lettered at last.
+
+Delivery is at least once. A message is marked delivered only after its sink accepted it, so a
+manager that dies between the two, or whose claim ran out while it was still sending, leaves the
+message to be sent again; receivers drop repeats by the ``X-Climate-Delivery`` id.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
-import json
 import logging
 import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
+from climate.notify.sinks import Sink, WebhookSink
 from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
-BATCH = 50
+SINK_BATCH = 10
+"""Messages one sink claims at a time; its claim holds for all of them."""
+CLAIM_MARGIN_SECONDS = 5.0
+"""Added to a claim beyond its messages' sending time: database round trips, name lookups."""
 MAX_BACKOFF_SECONDS = 300.0
-SIGNATURE_HEADER = "X-Climate-Signature"
-
-
-def sign(secret: str, body: bytes) -> str:
-    """``sha256=<hex>``: HMAC-SHA256 of the exact body bytes with the shared secret."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 class Deliverer:
-    """Sends due outbox rows. A receiver that is down or slow delays only its own messages."""
+    """Sends due outbox messages, one sink's messages one after another, sinks side by side.
+
+    Each pass finds the sinks with due messages and gives every one that this process is not
+    already serving a job on a pool of ``webhook_concurrency`` threads: claim a batch of its due
+    messages, send them in order, record each outcome on its own message. A sink that is down,
+    slow or malformed holds up only its own queue; a failure of any kind is that message's
+    attempt, retried with backoff and dead-lettered after ``webhook_max_attempts``, and ends the
+    job (the rest of the batch goes back), so a failing sink takes a thread for one message at a
+    time.
+    """
 
     def __init__(self, ctx: ServiceContext, client: httpx.Client | None = None) -> None:
         self.ctx = ctx
         self.client = client or httpx.Client(timeout=ctx.settings.webhook_timeout_seconds)
+        self._pool = ThreadPoolExecutor(
+            ctx.settings.webhook_concurrency, thread_name_prefix="climate-notify-sink"
+        )
+        self._busy: set[str] = set()
+        """The sinks this process is serving now."""
+        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def deliver_due(self) -> int:
-        """Try every due message once; returns how many were attempted."""
-        claimed = self._claim()
-        for message in claimed:
-            self._send(message)
-        return len(claimed)
+        """One job for every sink with due messages, side by side (a batch, cut short by a
+        failed attempt); returns how many messages were attempted."""
+        return sum(job.result() for job in self._dispatch())
 
-    def _claim(self) -> list[OutboxMessage]:
-        now = self.ctx.clock.now()
-        # Push the next attempt past the HTTP timeout, so another deliverer leaves these alone.
-        hold = dt.timedelta(seconds=self.ctx.settings.webhook_timeout_seconds * 2 + 1)
-        with self.ctx.db.transaction() as session:
-            rows = list(outbox.due(session, now, BATCH))
-            for row in rows:
-                row.next_attempt_at = now + hold
-        return rows
+    def _dispatch(self) -> list[Future[int]]:
+        with self.ctx.db.reader() as session:
+            keys = outbox.due_sinks(session, self.ctx.clock.now())
+        jobs = []
+        for key in keys:
+            with self._lock:
+                if key in self._busy:
+                    continue
+                self._busy.add(key)
+            jobs.append(self._pool.submit(self._serve, self._sink(key)))
+        return jobs
 
-    def _send(self, message: OutboxMessage) -> None:
-        body = json.dumps(message.payload, sort_keys=True).encode()
-        headers = {
-            "Content-Type": "application/json",
-            "X-Climate-Event": message.topic,
-            "X-Climate-Delivery": str(message.id),
-        }
-        if self.ctx.settings.webhook_secret:
-            headers[SIGNATURE_HEADER] = sign(self.ctx.settings.webhook_secret, body)
-        error: str | None = None
+    def _sink(self, key: str) -> Sink:
+        settings = self.ctx.settings
+        return WebhookSink(
+            key, self.client, settings.webhook_secret, settings.webhook_timeout_seconds
+        )
+
+    def _serve(self, sink: Sink) -> int:
         try:
-            response = self.client.post(message.url, content=body, headers=headers)
-            if response.status_code >= 300:
-                error = f"HTTP {response.status_code}"
-        except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        self._record(message.id, error)
+            return self._deliver_batch(sink)
+        except Exception:
+            LOG.exception(
+                "delivery to %s failed; its claimed messages wait for the claim", sink.key
+            )
+            return 0
+        finally:
+            with self._lock:
+                self._busy.discard(sink.key)
+            self._wake.set()
 
-    def _record(self, message_id: int, error: str | None) -> None:
+    def _deliver_batch(self, sink: Sink) -> int:
+        batch, claim = self._claim(sink)
+        one_send = dt.timedelta(seconds=sink.send_seconds)
+        for index, message in enumerate(batch):
+            if self._stop.is_set() or self.ctx.clock.now() + one_send > claim:
+                # Stopping, or sends took longer than they can: let another manager have the rest.
+                self._release(batch[index:], claim)
+                return index
+            try:
+                error = sink.send(message)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            self._record(message.id, claim, error)
+            if error is not None and index + 1 < len(batch):
+                # A failing sink may fail slowly: give the thread to the sinks queued behind it.
+                self._release(batch[index + 1 :], claim)
+                return index + 1
+        return len(batch)
+
+    def _claim(self, sink: Sink) -> tuple[Sequence[OutboxMessage], dt.datetime]:
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction() as session:
+            rows = outbox.due(session, sink.key, now, SINK_BATCH)
+            claim = now + dt.timedelta(seconds=len(rows) * sink.send_seconds + CLAIM_MARGIN_SECONDS)
+            for row in rows:
+                row.next_attempt_at = claim
+        return rows, claim
+
+    def _release(self, messages: Sequence[OutboxMessage], claim: dt.datetime) -> None:
+        with self.ctx.db.transaction() as session:
+            outbox.release(session, [m.id for m in messages], claim, self.ctx.clock.now())
+
+    def _record(self, message_id: int, claim: dt.datetime, error: str | None) -> None:
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
             row = session.get(OutboxMessage, message_id)
-            if row is None:
+            if row is None or row.status != outbox.PENDING or row.next_attempt_at != claim:
+                LOG.warning(
+                    "notification %s: its claim ran out while it was sent; another manager has it",
+                    message_id,
+                )
                 return
             row.attempts += 1
             if error is None:
@@ -106,8 +161,12 @@ class Deliverer:
                 )
 
     def seconds_until_next(self) -> float:
+        """Until the next message is due at a sink this process is not serving (a job that ends
+        wakes the loop anyway)."""
+        with self._lock:
+            busy = set(self._busy)
         with self.ctx.db.reader() as session:
-            due = outbox.next_due(session)
+            due = outbox.next_due(session, busy)
         return seconds_until(due, self.ctx.clock.now(), self.ctx.settings.max_wait_seconds)
 
     def wake(self) -> None:
@@ -117,7 +176,7 @@ class Deliverer:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                self.deliver_due()
+                self._dispatch()
                 wait = self.seconds_until_next()
             except Exception:
                 LOG.exception("delivery pass failed; retrying in 1 s")
@@ -129,8 +188,11 @@ class Deliverer:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop dispatching, let each sink finish the message it is sending and hand back the
+        rest of its claim."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self.client.close()

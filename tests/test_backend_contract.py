@@ -30,6 +30,7 @@ from climate.backends.base import (
     StartManual,
     Timeboxed,
     UnknownResource,
+    Withdraw,
 )
 from climate.backends.faulty import FaultyBackend
 from climate.backends.standalone import StandaloneBackend
@@ -163,3 +164,9 @@ def test_enrol_of_an_unknown_host(backend: Backend) -> None:
         assert isinstance(result, UnknownResource)
     else:
         assert isinstance(result, Inspected)
+
+
+def test_withdraw_is_idempotent(backend: Backend) -> None:
+    assert isinstance(backend.handle([Enrol("physical:host", "compute1")])[0], Inspected)
+    for _ in range(2):
+        ok(backend.handle([Withdraw("physical:host", "compute1")])[0])

@@ -39,6 +39,16 @@ def test_unknown_host_is_refused_and_nothing_written(climate: Any) -> None:
     assert list(hosts.list_all(ADMIN)) == []
 
 
+def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    host = hosts.create(ADMIN, "compute1", {})
+    assert "compute1" in aggregate(cloud, ctx.settings.freepool_name).hosts
+    hosts.delete(ADMIN, str(host.id))
+    assert "compute1" not in (aggregate(cloud, ctx.settings.freepool_name).hosts or [])
+    assert list(hosts.list_all(ADMIN)) == []
+
+
 def test_a_host_lease_moves_its_host_and_the_lessee_boots_there(
     climate: Any,
     cloud: Any,

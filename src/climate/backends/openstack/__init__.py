@@ -45,6 +45,7 @@ from climate.backends.base import (
     Start,
     StartManual,
     UnknownResource,
+    Withdraw,
 )
 from climate.backends.openstack.config import CloudConfig
 from climate.config import Settings
@@ -156,6 +157,9 @@ class OpenStackBackend(Backend):
             for move in action.moves:
                 self._migrate(move)
             return Done()
+        if isinstance(action, Withdraw):
+            self._withdraw(action)
+            return Done()
         return self._enrol(action)
 
     # -- enrolment ---------------------------------------------------------------------------
@@ -186,6 +190,16 @@ class OpenStackBackend(Backend):
         if service_host not in (freepool.hosts or []):
             self.conn.compute.add_host_to_aggregate(freepool, service_host)
         return Inspected({k: v for k, v in fields.items() if v is not None}, properties)
+
+    def _withdraw(self, action: Withdraw) -> None:
+        """The host out of the freepool: BlazarFilter then lets unhinted boots on it again."""
+        if action.resource_type != HOSTS:
+            return
+        hypervisor = self._hypervisor(action.name)
+        host = str(hypervisor["service"]["host"]) if hypervisor is not None else action.name
+        freepool = self._aggregate(self.config.freepool_name)
+        if freepool is not None and host in (freepool.hosts or []):
+            self.conn.compute.remove_host_from_aggregate(freepool, host)
 
     def _hypervisor(self, name: str) -> dict[str, Any] | None:
         response = self.conn.compute.get(

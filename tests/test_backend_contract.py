@@ -30,27 +30,15 @@ from climate.backends.base import (
     StartManual,
     Timeboxed,
     UnknownResource,
+    Withdraw,
 )
 from climate.backends.faulty import FaultyBackend
 from climate.backends.standalone import StandaloneBackend
-from climate.config import Settings
 from climate.domain.status import EndPolicy, StartPolicy
+from tests.openstack.conftest import empty_freepool, rig_settings
 from tests.openstack.conftest import openstack_env as openstack_env  # the rig fixture
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-
-
-def rig_settings(env: dict[str, str]) -> Settings:
-    return Settings(
-        backend="openstack",
-        os_auth_url=env["OS_AUTH_URL"],
-        os_username=env["OS_USERNAME"],
-        os_password=env["OS_PASSWORD"],
-        os_project_name=env["OS_PROJECT_NAME"],
-        os_user_domain_name="Default",
-        os_project_domain_name="Default",
-        os_region_name=env.get("OS_REGION_NAME", "RegionOne"),
-    )
 
 
 @pytest.fixture(params=["standalone", "faulty", "openstack"])
@@ -74,6 +62,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         backend.handle([End((h,)) for h in MADE])  # whatever a failed test left started
         MADE.clear()
         backend.conn.identity.delete_project(project)
+        empty_freepool(backend.conn, backend.config.freepool_name)
 
 
 MADE: list[Handover] = []
@@ -175,3 +164,9 @@ def test_enrol_of_an_unknown_host(backend: Backend) -> None:
         assert isinstance(result, UnknownResource)
     else:
         assert isinstance(result, Inspected)
+
+
+def test_withdraw_is_idempotent(backend: Backend) -> None:
+    assert isinstance(backend.handle([Enrol("physical:host", "compute1")])[0], Inspected)
+    for _ in range(2):
+        ok(backend.handle([Withdraw("physical:host", "compute1")])[0])

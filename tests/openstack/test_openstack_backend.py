@@ -10,7 +10,6 @@ import datetime as dt
 import os
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import openstack
@@ -18,101 +17,17 @@ import pytest
 
 from climate.backends.base import Timeboxed
 from climate.backends.openstack import OpenStackBackend, resource_class
-from climate.config import Settings, load_settings
-from climate.db.engine import Database
+from climate.config import load_settings
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.errors import InvalidInput
 from climate.manager.service import Manager
-from climate.runtime import build_context
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN
-from tests.test_backend_contract import rig_settings
+from tests.openstack.conftest import aggregate, boot, rig_settings
 
 HOUR = dt.timedelta(hours=1)
-
-
-@pytest.fixture
-def cloud(openstack_env: dict[str, str]) -> Iterator[Any]:
-    os.environ.pop("OS_CLIENT_CONFIG_FILE", None)  # the rig's clouds.yaml would mix in
-    yield openstack.connect(
-        auth={
-            "auth_url": openstack_env["OS_AUTH_URL"],
-            "username": openstack_env["OS_USERNAME"],
-            "password": openstack_env["OS_PASSWORD"],
-            "project_name": openstack_env["OS_PROJECT_NAME"],
-            "user_domain_name": "Default",
-            "project_domain_name": "Default",
-        },
-        region_name="RegionOne",
-        load_yaml_config=False,
-    )
-
-
-@pytest.fixture
-def lessee(cloud: Any, openstack_env: dict[str, str]) -> Iterator[tuple[Actor, Any]]:
-    """A Keystone project with a member user; Climate's actor for it and its own connection."""
-    tag = uuid.uuid4().hex[:8]
-    project = cloud.identity.create_project(name=f"climate-lessee-{tag}", domain_id="default")
-    user = cloud.identity.create_user(
-        name=f"climate-lessee-{tag}", password="secret", domain_id="default"
-    )
-    member = cloud.identity.find_role("member")
-    cloud.identity.assign_project_role_to_user(project, user, member)
-    conn = openstack.connect(
-        auth={
-            "auth_url": openstack_env["OS_AUTH_URL"],
-            "username": user.name,
-            "password": "secret",
-            "project_id": project.id,
-            "user_domain_name": "Default",
-        },
-        region_name="RegionOne",
-        load_yaml_config=False,
-    )
-    yield Actor(user.id, project.id, frozenset({"member"})), conn
-    for server in cloud.compute.servers(all_projects=True, project_id=project.id):
-        cloud.compute.delete_server(server)
-    cloud.identity.delete_user(user)
-    cloud.identity.delete_project(project)
-
-
-@pytest.fixture
-def climate(
-    openstack_env: dict[str, str], settings: Settings, db: Database, clock: ManualClock
-) -> Iterator[Any]:
-    merged = {
-        **rig_settings(openstack_env).model_dump(exclude_unset=True),
-        "backend_timeout_seconds": 60.0,
-    }
-    ctx = build_context(settings.model_copy(update=merged), db, clock)
-    backend = OpenStackBackend.from_settings(ctx.settings)
-    yield ctx, backend
-    # Enrolled hosts stay in the freepool, where BlazarFilter refuses unhinted boots: empty it
-    # so that the rig's other users find the computes as they were.
-    compute = backend.conn.compute
-    freepool = aggregate(compute, "freepool")
-    if freepool is not None:
-        for host in list(freepool.hosts or []):
-            freepool = compute.remove_host_from_aggregate(freepool, host)
-        compute.delete_aggregate(freepool)
-
-
-def boot(conn: Any, image: str, flavor: str, **extra: Any) -> Any:
-    server = conn.compute.create_server(
-        name=f"climate-{uuid.uuid4().hex[:6]}",
-        image_id=image,
-        flavor_id=flavor,
-        networks="none",
-        **extra,
-    )
-    return conn.compute.wait_for_server(server, status="ACTIVE", failures=["ERROR"], wait=60)
-
-
-def aggregate(cloud: Any, name: str) -> Any:
-    compute = getattr(cloud, "compute", cloud)
-    return next((a for a in compute.aggregates() if a.name == name), None)
 
 
 def test_unknown_host_is_refused_and_nothing_written(climate: Any) -> None:
@@ -120,6 +35,16 @@ def test_unknown_host_is_refused_and_nothing_written(climate: Any) -> None:
     hosts = HostService(ctx, Timeboxed(backend, 60))
     with pytest.raises(InvalidInput, match="name: Nova has no hypervisor named 'compute99'"):
         hosts.create(ADMIN, "compute99", {})
+    assert list(hosts.list_all(ADMIN)) == []
+
+
+def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    host = hosts.create(ADMIN, "compute1", {})
+    assert "compute1" in aggregate(cloud, ctx.settings.freepool_name).hosts
+    hosts.delete(ADMIN, str(host.id))
+    assert "compute1" not in (aggregate(cloud, ctx.settings.freepool_name).hosts or [])
     assert list(hosts.list_all(ADMIN)) == []
 
 
@@ -134,7 +59,7 @@ def test_a_host_lease_moves_its_host_and_the_lessee_boots_there(
     actor, lessee_conn = lessee
     host = HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute3", {})
     assert (host.vcpus, host.memory_mb, host.service_name) == (16, 32768, "compute3")
-    assert "compute3" in aggregate(cloud, "freepool").hosts
+    assert "compute3" in aggregate(cloud, ctx.settings.freepool_name).hosts
 
     start = dt.datetime.now(dt.UTC).replace(microsecond=0)
     clock.set(start)
@@ -162,7 +87,7 @@ def test_a_host_lease_moves_its_host_and_the_lessee_boots_there(
         assert pool.availability_zone == f"blazar_{reservation.id}"
         assert pool.metadata["blazar:owner"] == actor.project_id
         assert pool.metadata[actor.project_id] == "blazar:project"
-        assert "compute3" not in (aggregate(cloud, "freepool").hosts or [])
+        assert "compute3" not in (aggregate(cloud, ctx.settings.freepool_name).hosts or [])
 
         image = openstack_env["OSTEST_IMAGE_ID"]
         flavor = cloud.compute.create_flavor(
@@ -191,7 +116,7 @@ def test_a_host_lease_moves_its_host_and_the_lessee_boots_there(
         assert shown.status == "TERMINATED"
         assert [r.status for r in shown.reservations] == ["deleted"]
         assert aggregate(cloud, reservation.id) is None
-        assert "compute3" in aggregate(cloud, "freepool").hosts
+        assert "compute3" in aggregate(cloud, ctx.settings.freepool_name).hosts
         assert cloud.compute.find_server(hinted.id, ignore_missing=True) is None  # delete policy
     finally:
         clock.set(start + HOUR)

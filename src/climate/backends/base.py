@@ -118,7 +118,16 @@ class Enrol:
     name: str
 
 
-Action = Start | BeforeEnd | End | StartManual | Acknowledge | Migrate | Enrol
+@dataclass(frozen=True)
+class Withdraw:
+    """A registered resource deleted from Climate (``blazar host-delete``): the world stops
+    offering it for reservations (a host leaves the freepool). A no-op when it is gone."""
+
+    resource_type: str
+    name: str
+
+
+Action = Start | BeforeEnd | End | StartManual | Acknowledge | Migrate | Enrol | Withdraw
 
 ACTION_NAMES: dict[type[Action], str] = {
     Start: "start",
@@ -128,6 +137,7 @@ ACTION_NAMES: dict[type[Action], str] = {
     Acknowledge: "acknowledge",
     Migrate: "migrate",
     Enrol: "enrol",
+    Withdraw: "withdraw",
 }
 
 

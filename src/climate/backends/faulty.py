@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Self
 
-from climate.backends.base import ACTION_NAMES, Action, Enrol, Result
+from climate.backends.base import ACTION_NAMES, Action, Enrol, Result, Withdraw
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
 from climate.errors import InvalidInput
@@ -45,7 +45,7 @@ class FaultyBackend(StandaloneBackend):
         return cls(settings.fault_rate, settings.fault_hang_rate, settings.fault_seed)
 
     def handle(self, actions: Sequence[Action]) -> list[Result]:
-        if all(isinstance(a, Enrol) for a in actions):
+        if all(isinstance(a, Enrol | Withdraw) for a in actions):
             return super().handle(actions)  # inventory is not what it puts under stress
         with self._lock:
             draws = [self._random.random() for _ in actions]

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from climate import inputs
-from climate.backends.base import Enrol, Inspected, Timeboxed, UnknownResource
+from climate.backends.base import Enrol, Inspected, Timeboxed, UnknownResource, Withdraw
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
@@ -139,7 +139,8 @@ class HostService:
             return host
 
     def delete(self, actor: Actor, host_id: str) -> None:
-        """Remove a host, refused (409, naming the leases) while it has current or future use."""
+        """Remove a host, refused (409, naming the leases) while it has current or future use;
+        the backend's cloud stops offering it (``Withdraw``: out of the freepool)."""
         self.ctx.policy.enforce(actor, "blazar:oshosts:delete")
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
@@ -158,6 +159,22 @@ class HostService:
             CalendarCache.mark_stale(session, "hosts", [instance_rows.usage_owner(host.id)])
             host_rows.remove(session, host, session.info["lock_version"])
             host_rows.bump_inventory(session)
+            self._withdraw(host.hypervisor_hostname)
+
+    def _withdraw(self, name: str) -> None:
+        """The backend's cloud stops offering host ``name`` (it leaves the freepool). Called
+        last in the delete's transaction: a failure rolls the delete back.
+
+        :raises BackendError: the cloud failed or did not answer in time.
+        """
+        if self.backend is None:
+            return
+        try:
+            self.backend.one(Withdraw("physical:host", name))
+        except Exception as exc:
+            raise BackendError(
+                f"host {name}: backend {self.backend.name} failed to withdraw it: {exc}"
+            ) from exc
 
     def properties(self, actor: Actor, *, include_private: bool) -> list[PropertyInfo]:
         """Extra property names in use with their values; private ones only for admins asking.

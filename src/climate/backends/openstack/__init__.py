@@ -45,6 +45,7 @@ from climate.backends.base import (
     Start,
     StartManual,
     UnknownResource,
+    Withdraw,
 )
 from climate.backends.openstack.config import CloudConfig
 from climate.config import Settings
@@ -61,6 +62,8 @@ FLAVOR_EXTRA_SPEC = "aggregate_instance_extra_specs:reservation"
 HYPERVISOR_MICROVERSION = "2.87"
 """The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
 PLACEMENT_MICROVERSION = "1.29"
+SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
+STOPPED = frozenset({"SHUTOFF"})
 
 
 def resource_class(reservation_id: str) -> str:
@@ -148,10 +151,14 @@ class OpenStackBackend(Backend):
             return Done()
         if isinstance(action, Acknowledge):
             self._delete_servers(list(self._kept(action.handover)))
+            self._cleanup(action.handover, keep=False)
             return Done()
         if isinstance(action, Migrate):
             for move in action.moves:
                 self._migrate(move)
+            return Done()
+        if isinstance(action, Withdraw):
+            self._withdraw(action)
             return Done()
         return self._enrol(action)
 
@@ -183,6 +190,16 @@ class OpenStackBackend(Backend):
         if service_host not in (freepool.hosts or []):
             self.conn.compute.add_host_to_aggregate(freepool, service_host)
         return Inspected({k: v for k, v in fields.items() if v is not None}, properties)
+
+    def _withdraw(self, action: Withdraw) -> None:
+        """The host out of the freepool: BlazarFilter then lets unhinted boots on it again."""
+        if action.resource_type != HOSTS:
+            return
+        hypervisor = self._hypervisor(action.name)
+        host = str(hypervisor["service"]["host"]) if hypervisor is not None else action.name
+        freepool = self._aggregate(self.config.freepool_name)
+        if freepool is not None and host in (freepool.hosts or []):
+            self.conn.compute.remove_host_from_aggregate(freepool, host)
 
     def _hypervisor(self, name: str) -> dict[str, Any] | None:
         response = self.conn.compute.get(
@@ -329,16 +346,22 @@ class OpenStackBackend(Backend):
             for server in servers:
                 if server.status == "ACTIVE":
                     self.conn.compute.stop_server(server)
+            self._wait_for(servers, STOPPED)
         elif policy is EndPolicy.SUSPEND:
             for server in servers:
-                if server.status not in ("SHELVED", "SHELVED_OFFLOADED"):
+                if server.status not in SHELVED:
                     self.conn.compute.shelve_server(server)
+            self._wait_for(servers, SHELVED)
         else:
             self._delete_servers(servers)
-        self._cleanup(h)
+        self._cleanup(h, keep=policy is EndPolicy.KEEP_UNTIL_ACK)
 
-    def _cleanup(self, h: Handover) -> None:
-        """Everything the reservation's start made, undone (each step a no-op when done)."""
+    def _cleanup(self, h: Handover, *, keep: bool = False) -> None:
+        """Everything the reservation's start made, undone (each step a no-op when done).
+
+        ``keep``: an instance reservation's keep-until-ack end, whose stopped servers still hold
+        their Placement allocations: only the project's access to the flavor and the aggregate
+        go; the flavor, group and inventory stay until ``Acknowledge`` deletes the servers."""
         rid = h.reservation_id
         if h.resource_type == INSTANCES:
             flavor = self._find_flavor(rid)
@@ -348,15 +371,16 @@ class OpenStackBackend(Backend):
                 except Exception as exc:
                     if "404" not in str(exc) and "not found" not in str(exc).lower():
                         raise
-                if h.end_policy is not EndPolicy.KEEP_UNTIL_ACK:
+                if not keep:
                     self.conn.compute.delete_flavor(flavor, ignore_missing=True)
-            for group in self.conn.compute.server_groups(all_projects=True):
-                if group.name == f"{RESERVATION_PREFIX}:{rid}":
-                    self.conn.compute.delete_server_group(group, ignore_missing=True)
-            rc = resource_class(rid)
-            for host in _slots(h):
-                self._delete_inventory(host, rc)
-            self._placement_delete(f"/resource_classes/{rc}")
+            if not keep:
+                for group in self.conn.compute.server_groups(all_projects=True):
+                    if group.name == f"{RESERVATION_PREFIX}:{rid}":
+                        self.conn.compute.delete_server_group(group, ignore_missing=True)
+                rc = resource_class(rid)
+                for host in _slots(h):
+                    self._delete_inventory(host, rc)
+                self._placement_delete(f"/resource_classes/{rc}")
             aggregate = self._aggregate(rid)
             if aggregate is not None:
                 for host in list(aggregate.hosts or []):
@@ -393,6 +417,18 @@ class OpenStackBackend(Backend):
             while self._exists(server.id):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"server {server.id} was not deleted in time")
+                time.sleep(0.2)
+
+    def _wait_for(self, servers: list[Any], statuses: frozenset[str]) -> None:
+        """Until each server shows one of ``statuses`` (Nova's stop and shelve return before
+        they are done; the hosts must not go back to the freepool before)."""
+        deadline = time.monotonic() + self.config.server_deletion_seconds
+        for server in servers:
+            while (status := self.conn.compute.get_server(server.id).status) not in statuses:
+                if status == "ERROR" or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"server {server.id} is {status}, not {'/'.join(sorted(statuses))}"
+                    )
                 time.sleep(0.2)
 
     def _exists(self, server_id: str) -> bool:
@@ -517,9 +553,25 @@ class OpenStackBackend(Backend):
         return int(found["total"]) if found else 0
 
     def _delete_inventory(self, host: str, rc: str) -> None:
+        """The reservation's inventory on ``host`` removed. Placement refuses (409) while
+        allocations use it: a deleted server's are released by its compute a moment after the
+        server is gone from the API, so a refusal is tried again for a while."""
         child = self._provider(f"blazar_{host}")
-        if child is not None:
-            self._placement_delete(f"/resource_providers/{child['uuid']}/inventories/{rc}")
+        if child is None:
+            return
+        url = f"/resource_providers/{child['uuid']}/inventories/{rc}"
+        deadline = time.monotonic() + self.config.server_deletion_seconds
+        while True:
+            response = self.conn.placement.delete(
+                url, microversion=PLACEMENT_MICROVERSION, raise_exc=False
+            )
+            if response.status_code < 400 or response.status_code == 404:
+                return
+            if response.status_code != 409 or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Placement DELETE {url}: {response.status_code} {response.text}"
+                )
+            time.sleep(0.2)
 
     def _rc_exists(self, rc: str) -> bool:
         return self._placement_get(f"/resource_classes/{rc}") is not None
@@ -532,13 +584,17 @@ def _slots(h: Handover) -> dict[str, int]:
 
 
 def _flavor_id(server: Any) -> str | None:
+    """The id of the server's flavor, or for a reservation flavor the reservation id.
+
+    From microversion 2.47 the flavor is embedded without its id; openstacksdk then answers its
+    ``original_name`` (``reservation:<id>`` for Blazar's flavors) as ``id``."""
     flavor = server.flavor
     if flavor is None:
         return None
-    found = flavor.get("id") if isinstance(flavor, Mapping) else getattr(flavor, "id", None)
-    if found:
-        return str(found)
-    # Microversion 2.47+: the flavor is embedded, its id only in the original name.
-    name = flavor.get("original_name") if isinstance(flavor, Mapping) else flavor.name
     prefix = f"{RESERVATION_PREFIX}:"
-    return str(name)[len(prefix) :] if name and str(name).startswith(prefix) else None
+    for key in ("original_name", "id", "name"):
+        found = flavor.get(key) if isinstance(flavor, Mapping) else getattr(flavor, key, None)
+        if found and str(found).startswith(prefix):
+            return str(found)[len(prefix) :]
+    found = flavor.get("id") if isinstance(flavor, Mapping) else getattr(flavor, "id", None)
+    return str(found) if found else None

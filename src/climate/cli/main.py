@@ -157,6 +157,22 @@ def _positive_days(text: str) -> int:
     return days
 
 
+def _import_blazar(args: argparse.Namespace) -> None:
+    from climate.backends import load_backend
+    from climate.backends.base import Timeboxed
+    from climate.runtime import build_context, open_database
+    from climate.services.blazar_import import BlazarImportService
+
+    settings = _settings(args)
+    db = open_database(settings, upgrade=settings.effective_database_url.startswith("sqlite"))
+    backend = Timeboxed(load_backend(settings), settings.backend_timeout_seconds)
+    service = BlazarImportService(build_context(settings, db), backend)
+    report = service.run(
+        args.blazar_url, dry_run=args.dry_run, skip_unmappable=args.skip_unmappable
+    )
+    print(render_json(report.as_dict()) if args.json else "\n".join(report.lines()))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="climate", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (default: $CLIMATE_CONFIG)")
@@ -204,6 +220,30 @@ def _parser() -> argparse.ArgumentParser:
     for action in token_actions.choices.values():
         # Also after the action; SUPPRESS keeps a value given before it.
         action.add_argument("--database-url", default=argparse.SUPPRESS)
+    p = sub.add_parser(
+        "import-blazar",
+        help="import a Blazar database's leases, hosts and floating IPs (docs/blazar-migration.md)",
+    )
+    p.add_argument(
+        "--database-url",
+        dest="blazar_url",
+        required=True,
+        help="Blazar's database, e.g. mysql+pymysql://blazar:PASS@db/blazar",
+    )
+    p.add_argument(
+        "--into",
+        dest="database_url",
+        help="Climate's database (default: its settings, $CLIMATE_DATABASE_URL)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="report what it would write; write nothing"
+    )
+    p.add_argument(
+        "--skip-unmappable",
+        action="store_true",
+        help="import without the rows Climate cannot map (the report names them)",
+    )
+    p.add_argument("--json", action="store_true", help="the report as JSON")
     client.register(sub)
     reservations.register(sub)
     inventory.register(sub)
@@ -230,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _db(args)
         elif args.command == "token":
             _token(args)
+        elif args.command == "import-blazar":
+            _import_blazar(args)
         else:
             args.func(args)
     except ClimateError as exc:

@@ -31,7 +31,7 @@ from climate.domain.status import LeaseStatus
 from climate.errors import InvalidInput
 from climate.notify import enqueue_lease
 from climate.planner.hosts import replacements
-from climate.resources.hosts import PhysicalHostType, current_hosts
+from climate.resources.hosts import PhysicalHostType
 from climate.services import backend_records
 from climate.services.context import ServiceContext
 from climate.services.hosts import load_host, wake_queue
@@ -152,8 +152,10 @@ class HealingService:
         down = host_rows.down_host_ids(session)
         for found in host_rows.suffering(session, down, now, until):
             steps.append(self._replace(session, found, unusable, now))
+        touched = {s.reservation_id for s in steps}  # a failed hand-over is tried next pass
         for reservation in host_rows.missing_hosts(session, now):
-            steps += self._refill(session, reservation, unusable, now)
+            if reservation.id not in touched:
+                steps += self._refill(session, reservation, unusable, now)
         self._record(session, steps, actor, now)
         return steps
 
@@ -197,8 +199,8 @@ class HealingService:
         lease = reservation.lease
         missing = list(reservation.missing_hosts or [])
         start, end = max(now, lease.start_date), lease.end_date
-        held = set(current_hosts(reservation))
-        picked = self._pick(session, reservation, start, end, len(missing), unusable | held)
+        # The hosts it still holds are busy in the calendar over [start, end): never picked.
+        picked = self._pick(session, reservation, start, end, len(missing), unusable)
         running = lease.status == LeaseStatus.ACTIVE and lease.start_date <= now
         steps: list[Healed] = []
         for new in picked:

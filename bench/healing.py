@@ -23,9 +23,10 @@ this long (its ``healing_interval``, 60 minutes, sets how far ahead future reser
 
 def run(db: str, rounds: int, hosts: int) -> list[float]:
     took: list[float] = []
-    with climate_server(db) as server, httpx.Client(
-        base_url=f"{server.base_url}/v1", timeout=30
-    ) as http:
+    with (
+        climate_server(db) as server,
+        httpx.Client(base_url=f"{server.base_url}/v1", timeout=30) as http,
+    ):
         for i in range(hosts):
             http.post("/os-hosts", json={"name": f"h{i}"}).raise_for_status()
         for r in range(rounds):

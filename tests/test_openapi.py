@@ -216,6 +216,10 @@ def call_every_operation(call: Conformance) -> None:
     call("PUT", "/v1/leases/{lease_id}", 200, json={"name": "l1b"}, at={"lease_id": created["id"]})
     call("GET", "/v1/os-hosts/allocations", 200)
     call("GET", "/v1/os-hosts/{host_id}/allocation", 200, at={"host_id": host_id})
+    health = "/v1/os-hosts/{host_id}/health"
+    call("PUT", health, 200, json={"health": "up"}, at={"host_id": host_id})
+    call("PUT", health, 400, json={"health": "down", "why": "x"}, at={"host_id": host_id})
+    call("PUT", health, 404, json={"health": "down"}, at={"host_id": "99"})
     call("POST", "/v1/leases/{lease_id}/retry", 409, at={"lease_id": created["id"]})
     call("POST", "/v1/leases/{lease_id}/force-end", 200, at={"lease_id": other["id"]})
     held = {**lease, "name": "held", "start_date": "2033-01-01 10:00", "end_date": "2033-01-02"}

@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     retry_max_attempts: int = Field(5, ge=1)
     retry_interval_seconds: Seconds = 60.0
     queue_poll_seconds: Seconds = 5.0
+    heal_interval_seconds: float = Field(60.0, ge=0)
+    """A host that went down less than this long ago is not used to heal reservations (a
+    flapping host pulls none back and forth); the manager also looks this often for
+    reservations still to heal (docs/healing.md)."""
+    heal_horizon_seconds: float = Field(3600.0, ge=0)
+    """Reservations on a failed host that start within this long are healed at once, later ones
+    when they come this close (0: all at once); Blazar's ``healing_interval``."""
     hold_max_seconds: int = Field(86_400, ge=1)
     flavors: str = (
         "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"

@@ -169,6 +169,7 @@ def reservation(row: Reservation) -> dict[str, Any]:
         "status": row.status,
         "missing_resources": row.missing_resources,
         "resources_changed": row.resources_changed,
+        **({"missing_hosts": row.missing_hosts} if row.missing_hosts else {}),
         "resource_id": row.resource_id,
         "resource_type": row.resource_type,
     }
@@ -259,9 +260,13 @@ def host(row: Host) -> dict[str, Any]:
     body.update({c: getattr(row, c) for c in HOST_COLUMNS})
     body.update(
         {
-            "reservable": row.reservable,
+            # As Blazar shows it: false while the host is down; ``health`` says why.
+            "reservable": row.reservable and row.health == "up",
             "status": row.status,
             "trust_id": row.trust_id,
+            "health": row.health,
+            "health_reason": row.health_reason,
+            "health_since": stamp(row.health_since),
             "created_at": stamp(row.created_at),
             "updated_at": stamp(row.updated_at),
         }

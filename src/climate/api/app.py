@@ -37,6 +37,7 @@ from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.context import ServiceContext
+from climate.services.healing import HealingService
 from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
@@ -109,15 +110,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     tokens = TokenService(ctx)
     backend = load_backend(ctx.settings)
+    timeboxed = Timeboxed(backend, ctx.settings.backend_timeout_seconds)
     app.state.services = Services(
         leases=LeaseService(ctx),
-        hosts=HostService(ctx, Timeboxed(backend, ctx.settings.backend_timeout_seconds)),
+        hosts=HostService(ctx, timeboxed),
         tokens=tokens,
         audit=AuditService(ctx),
         availability=AvailabilityService(ctx),
         items={kind.kind: ItemService(ctx, kind) for kind in KINDS},
         volume_pools=VolumePoolService(ctx),
         instances=InstanceAllocationService(ctx),
+        healing=HealingService(ctx, timeboxed),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)

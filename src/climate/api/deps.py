@@ -15,6 +15,7 @@ from climate.errors import InvalidInput, PayloadTooLarge
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.context import Page
+from climate.services.healing import HealingService
 from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
@@ -34,6 +35,7 @@ class Services:
     """Per item kind (``Item.kind``)."""
     volume_pools: VolumePoolService
     instances: InstanceAllocationService
+    healing: HealingService
     max_body_bytes: int
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, optional_date
+from climate.errors import InvalidInput
+from climate.services.healing import MAX_REASON, HealReport
 from climate.services.hosts import HostAllocations
 
 router = APIRouter(prefix="/v1/os-hosts", tags=["hosts"])
@@ -152,3 +155,85 @@ def show_allocation(
 ) -> JSONResponse:
     found = services.hosts.allocations(actor, host_id=host_id, **filters.as_arguments())
     return JSONResponse({"allocation": _allocation(found[0])})
+
+
+# -- health (docs/healing.md) ------------------------------------------------------------------
+
+
+class HostHealthBase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    health: Literal["up", "down"] = Field(
+        description="down: the host is down, forced down or disabled; up: it is back"
+    )
+
+
+class HostHealthUpdate(HostHealthBase):
+    """Mark a host down or up (``climate host down|up NAME``)."""
+
+    reason: str | None = Field(
+        None, max_length=MAX_REASON, description="why it is down (kept while it stays down)"
+    )
+
+
+class HealStep(BaseModel):
+    """One reservation healed: ``from_host`` (null: a host it lacked) replaced by ``to_host``
+    (null: no free matching host, the lease is degraded)."""
+
+    lease_id: str
+    reservation_id: str
+    from_host: str | None
+    to_host: str | None
+    handed_over: bool = Field(description="the reservation was running: the backend was told")
+    error: str | None = Field(None, description="why the backend could not hand to_host over")
+
+
+class HostHealthPublic(HostHealthBase):
+    id: str
+    hypervisor_hostname: str
+    reservable: bool
+    health_reason: str | None
+    health_since: str | None
+    healed: list[HealStep]
+
+
+def _health(report: HealReport) -> HostHealthPublic:
+    host = report.host
+    shown = wire.host(host)
+    return HostHealthPublic(
+        id=shown["id"],
+        hypervisor_hostname=host.hypervisor_hostname,
+        reservable=shown["reservable"],
+        health="down" if host.health == "down" else "up",
+        health_reason=host.health_reason,
+        health_since=shown["health_since"],
+        healed=[
+            HealStep(
+                lease_id=s.lease_id,
+                reservation_id=s.reservation_id,
+                from_host=None if s.old_host is None else str(s.old_host),
+                to_host=None if s.new_host is None else str(s.new_host),
+                handed_over=s.handed_over,
+                error=s.error,
+            )
+            for s in report.healed
+        ],
+    )
+
+
+@router.put("/{host_id}/health")
+def update_health(
+    services: ServicesDep, actor: ActorDep, host_id: str, body: BodyDep
+) -> JSONResponse:
+    """Mark the host down (unreservable; its reservations healed at once) or up."""
+    try:
+        wanted = HostHealthUpdate.model_validate(json_object(body))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidInput(field, first["msg"]) from exc
+    if wanted.health == "down":
+        report = services.healing.mark_down(actor, host_id, wanted.reason)
+    else:
+        report = services.healing.mark_up(actor, host_id)
+    return JSONResponse(_health(report).model_dump(mode="json"))

@@ -14,8 +14,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 from starlette.routing import compile_path
 
+from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -69,6 +71,16 @@ RESPONSE_HEADERS = {
         "schema": {"type": "string", "pattern": "^req-"},
     },
 }
+
+
+def _pydantic_schemas(*models: type[BaseModel]) -> dict[str, JsonSchema]:
+    """The JSON schemas of pydantic models, and of the models they nest, as components."""
+    found: dict[str, JsonSchema] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        found.update(schema.pop("$defs", {}))
+        found[model.__name__] = schema
+    return found
 
 
 def _ref(name: str) -> JsonSchema:
@@ -631,9 +643,12 @@ SCHEMAS: dict[str, JsonSchema] = {
             "memory_mb": _nullable({"type": "integer"}),
             "local_gb": _nullable({"type": "integer"}),
             "cpu_info": _nullable(STRING),
-            "reservable": {"type": "boolean"},
+            "reservable": {"type": "boolean", "description": "false while the host is down"},
             "status": _nullable(STRING),
             "trust_id": _nullable(STRING),
+            "health": {"enum": ["up", "down"]},
+            "health_reason": _nullable(STRING),
+            "health_since": _nullable(STAMP_STRING),
             "created_at": STAMP_STRING,
             "updated_at": _nullable(STAMP_STRING),
         },
@@ -1240,6 +1255,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 }
 
 SCHEMAS.update(ITEM_SCHEMAS)
+SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1283,6 +1299,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     },
     "leases": _wrapped("leases", {"type": "array", "items": _ref("Lease")}),
     "host": _wrapped("host", _ref("Host")),
+    "host_health": _ref("HostHealthPublic"),
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
     "allocation": _wrapped("allocation", _ref("HostAllocation")),
     "allocations": _wrapped("allocations", {"type": "array", "items": _ref("HostAllocation")}),
@@ -1441,6 +1458,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}, "HostUpdate"),
     ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
+    ("PUT", "/v1/os-hosts/{host_id}/health"): Operation(
+        (200, "host_health"), _ONE | {413}, "HostHealthUpdate"
+    ),
     **{
         operation: described
         for kind in (DEVICES, NETWORKS, FLOATING_IPS)

@@ -127,7 +127,21 @@ class Withdraw:
     name: str
 
 
-Action = Start | BeforeEnd | End | StartManual | Acknowledge | Migrate | Enrol | Withdraw
+@dataclass(frozen=True)
+class Replace:
+    """A running reservation's host failed (down, forced down or disabled): take ``old_host``
+    from the project and hand it ``new_host`` in its place (for openstack: out of and into the
+    reservation's aggregate). ``old_host`` None: a host is added to a reservation that lacked
+    one; ``new_host`` None: no spare was free, the reservation goes on without it. Ids as in
+    ``handover.resource_ids``, which lists the hosts the reservation holds after the change;
+    ``handover.hosts`` names them and both hosts given here."""
+
+    handover: Handover
+    old_host: str | None
+    new_host: str | None
+
+
+Action = Start | BeforeEnd | End | StartManual | Acknowledge | Migrate | Enrol | Withdraw | Replace
 
 ACTION_NAMES: dict[type[Action], str] = {
     Start: "start",
@@ -138,6 +152,7 @@ ACTION_NAMES: dict[type[Action], str] = {
     Migrate: "migrate",
     Enrol: "enrol",
     Withdraw: "withdraw",
+    Replace: "replace",
 }
 
 

@@ -104,6 +104,29 @@ def host_command(args: argparse.Namespace) -> None:
     elif args.action == "delete":
         api.call("DELETE", f"/os-hosts/{args.host}")
         print(f"Deleted host {args.host}")
+    elif args.action in ("down", "up"):
+        body = {"health": args.action}
+        if args.action == "down" and args.reason is not None:
+            body["reason"] = args.reason
+        found = api.call("PUT", f"/os-hosts/{_host_id(api, args.host)}/health", body)
+        if args.json:
+            show(args, found)
+            return
+        healed = found.pop("healed")
+        show(args, found)
+        if healed:
+            columns = ["lease_id", "reservation_id", "from_host", "to_host", "handed_over"]
+            show(args, healed, columns)
+
+
+def _host_id(api: ApiClient, ref: str) -> str:
+    """A host's id from its id or its name."""
+    if ref.isascii() and ref.isdigit():
+        return ref
+    for host in api.call("GET", "/os-hosts")["hosts"]:
+        if host["hypervisor_hostname"] == ref:
+            return str(host["id"])
+    raise SystemExit(f"error: no host named {ref!r}")
 
 
 def lease_command(args: argparse.Namespace) -> None:
@@ -283,6 +306,15 @@ def register(sub: Any) -> None:
     p = host_actions.add_parser("update")
     p.add_argument("host")
     p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE")
+    add_client_options(p)
+    p = host_actions.add_parser(
+        "down", help="mark a host down: unreservable, its reservations healed (docs/healing.md)"
+    )
+    p.add_argument("host", help="host id or name")
+    p.add_argument("--reason", help="why it is down")
+    add_client_options(p)
+    p = host_actions.add_parser("up", help="mark a host back up: reservable again")
+    p.add_argument("host", help="host id or name")
     add_client_options(p)
     host.set_defaults(func=host_command)
 

@@ -180,3 +180,21 @@ def for_lease(session: Session, lease_id: str) -> Sequence[Assignment]:
     return session.scalars(
         select(Assignment).where(Assignment.lease_id == lease_id).order_by(Assignment.resource_id)
     ).all()
+
+
+def release_resource(
+    session: Session, reservation_id: str, resource_type: str, resource_id: str, now: dt.datetime
+) -> int:
+    """Mark one resource of the reservation released (healing took it away); idempotent."""
+    session.flush()
+    result = session.execute(
+        update(ASSIGNMENTS)
+        .where(
+            ASSIGNMENTS.c.reservation_id == reservation_id,
+            ASSIGNMENTS.c.resource_type == resource_type,
+            ASSIGNMENTS.c.resource_id == resource_id,
+            ASSIGNMENTS.c.released_at.is_(None),
+        )
+        .values(released_at=now, state=State.RELEASED)
+    )
+    return _count(result)

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
@@ -19,7 +19,9 @@ from climate.db.tables import (
     HostProperty,
     Lease,
     Lock,
+    Reservation,
     ResourceProperty,
+    new_id,
     table_of,
 )
 
@@ -111,12 +113,17 @@ def inventory_version(session: Session) -> int:
     return int(session.execute(_INVENTORY_VERSION).scalar() or 0)
 
 
+UP = "up"
+DOWN = "down"
+_USABLE = Host.reservable.is_(True) & (Host.health == UP)
+"""Reservable by the admin and not down."""
+
+
 def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRecord]:
-    """Every reservable host with ``columns`` and its extra properties: two queries, no ORM."""
+    """Every reservable host (not down) with ``columns`` and its extra properties: two
+    queries, no ORM."""
     wanted = [getattr(Host, c) for c in columns]
-    rows = session.execute(
-        select(Host.id, *wanted).where(Host.reservable.is_(True)).order_by(Host.id)
-    ).all()
+    rows = session.execute(select(Host.id, *wanted).where(_USABLE).order_by(Host.id)).all()
     records = {
         row[0]: HostRecord(
             row[0],
@@ -128,7 +135,7 @@ def reservable_records(session: Session, columns: Sequence[str]) -> list[HostRec
     extras = session.execute(
         select(HostProperty.host_id, HostProperty.name, HostProperty.value)
         .join(Host, Host.id == HostProperty.host_id)
-        .where(Host.reservable.is_(True))
+        .where(_USABLE)
     )
     for host_id, name, value in extras:
         records[host_id].properties[name] = value
@@ -263,3 +270,115 @@ def spans_since(session: Session, since: dt.datetime) -> list[SpanRow]:
 def spans_of(session: Session, reservation_ids: Collection[str]) -> list[SpanRow]:
     query = select(*_SPAN_COLUMNS).where(HostAllocation.reservation_id.in_(list(reservation_ids)))
     return [SpanRow(*row) for row in session.execute(query)]
+
+
+# -- healing (services/healing.py) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Suffering:
+    """An allocation of a live lease on a failed host, still to come or under way."""
+
+    allocation_id: str
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+def down_host_ids(session: Session) -> list[int]:
+    return list(session.scalars(select(Host.id).where(Host.health == DOWN).order_by(Host.id)))
+
+
+def unsteady_host_ids(session: Session, since: dt.datetime) -> set[int]:
+    """Hosts down now or that went down after ``since``: healing uses none of them."""
+    rows = session.scalars(
+        select(Host.id).where((Host.health == DOWN) | (Host.last_down_at > since))
+    )
+    return set(rows)
+
+
+def suffering(
+    session: Session, host_ids: Collection[int], now: dt.datetime, until: dt.datetime | None
+) -> list[Suffering]:
+    """Allocations of live leases on ``host_ids`` that end after ``now`` and begin before
+    ``until`` (None: any time), earliest first."""
+    if not host_ids:
+        return []
+    query = (
+        select(
+            HostAllocation.id,
+            HostAllocation.host_id,
+            HostAllocation.reservation_id,
+            HostAllocation.lease_id,
+            HostAllocation.start_date,
+            HostAllocation.end_date,
+        )
+        .join(Lease, Lease.id == HostAllocation.lease_id)
+        .where(
+            HostAllocation.host_id.in_(list(host_ids)),
+            HostAllocation.end_date > now,
+            Lease.deleted_at.is_(None),
+        )
+        .order_by(HostAllocation.start_date, HostAllocation.reservation_id, HostAllocation.host_id)
+    )
+    if until is not None:
+        query = query.where(HostAllocation.start_date < until)
+    return [Suffering(*row) for row in session.execute(query)]
+
+
+def missing_hosts(session: Session, now: dt.datetime) -> list[Reservation]:
+    """Reservations of live leases, not over by ``now``, that lack hosts healing could not
+    replace; those starting first first."""
+    return list(
+        session.scalars(
+            select(Reservation)
+            .join(Lease, Lease.id == Reservation.lease_id)
+            .where(
+                Reservation.missing_resources.is_(True),
+                Reservation.resource_type == RESOURCE_TYPE,
+                Lease.deleted_at.is_(None),
+                Lease.end_date > now,
+            )
+            .order_by(Lease.start_date, Reservation.id)
+        )
+    )
+
+
+def move_allocation(
+    session: Session, found: Suffering, new_host: int | None, at: dt.datetime
+) -> None:
+    """The allocation leaves its host from ``at`` on (all of it, if it had not begun) and, with
+    ``new_host``, goes on there until its end: the past stays where it ran."""
+    table = table_of(HostAllocation)
+    rest = max(found.start, at)
+    if found.start >= at:
+        session.execute(delete(table).where(table.c.id == found.allocation_id))
+    else:
+        session.execute(update(table).where(table.c.id == found.allocation_id).values(end_date=at))
+    if new_host is not None:
+        add_allocation(session, found.reservation_id, found.lease_id, new_host, rest, found.end)
+
+
+def add_allocation(
+    session: Session,
+    reservation_id: str,
+    lease_id: str,
+    host_id: int,
+    start: dt.datetime,
+    end: dt.datetime,
+) -> None:
+    session.execute(
+        insert(table_of(HostAllocation)),
+        [
+            {
+                "id": new_id(),
+                "reservation_id": reservation_id,
+                "lease_id": lease_id,
+                "host_id": host_id,
+                "start_date": start,
+                "end_date": end,
+            }
+        ],
+    )

@@ -77,6 +77,14 @@ class Host(Timestamped, Base):
     reservable: Mapped[bool] = mapped_column(Boolean, default=True)
     status: Mapped[str | None] = mapped_column(String(255))
     trust_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    health: Mapped[str] = mapped_column(String(16), default="up", server_default="up")
+    """``up`` or ``down`` (down, forced down or disabled in the cloud): a down host is not
+    reservable and its reservations are healed (services/healing.py)."""
+    health_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    health_since: Mapped[dt.datetime | None] = mapped_column(default=None)
+    last_down_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    """When the host last went down: healing uses no host that failed this recently
+    (``heal_interval_seconds``), so a flapping host does not pull reservations back and forth."""
     properties: Mapped[list[HostProperty]] = relationship(
         back_populates="host", cascade="all, delete-orphan", lazy="selectin"
     )
@@ -179,6 +187,8 @@ class Reservation(Timestamped, Base):
     status: Mapped[str] = mapped_column(String(16))
     missing_resources: Mapped[bool] = mapped_column(Boolean, default=False)
     resources_changed: Mapped[bool] = mapped_column(Boolean, default=False)
+    missing_hosts: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    """Names of the failed hosts healing found no replacement for (``missing_resources``)."""
     params: Mapped[dict[str, Any]]
     lease: Mapped[Lease] = relationship(back_populates="reservations")
     allocations: Mapped[list[HostAllocation]] = relationship(

@@ -45,6 +45,7 @@ from climate.manager.handlers import (
     mark_in_progress,
 )
 from climate.services.context import ServiceContext
+from climate.services.healing import HealingService
 from climate.services.leases import LeaseService
 from climate.services.reclaim import ReclaimService
 
@@ -140,6 +141,10 @@ class Manager:
         """The admission version when the waiting queue was last served."""
         self._freed = False
         """Leases ended since the queue was last served."""
+        self._next_heal = 0.0
+        """When (monotonic) to look for reservations to heal next (services/healing.py)."""
+        self._healing = False
+        """Hosts are down or leases degraded: the manager looks again every heal period."""
 
     @property
     def _with_events(self) -> bool:
@@ -463,6 +468,17 @@ class Manager:
             admitted += ReclaimService(self.ctx, self.handlers.backend).serve_queue()
         return admitted
 
+    # -- healing -----------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Now and then (``queue_poll_seconds``) heal reservations that came into the heal
+        horizon on a down host and fill degraded leases from hosts steady again; the API heals
+        the rest the moment a host goes down."""
+        if time.monotonic() < self._next_heal:
+            return
+        self._next_heal = time.monotonic() + self.ctx.settings.queue_poll_seconds
+        self._healing = HealingService(self.ctx, self.handlers.backend).heal_due()
+
     # -- the loop ----------------------------------------------------------------------------
 
     def seconds_until_next(self) -> float:
@@ -484,7 +500,8 @@ class Manager:
             due = queue_due if due is None else min(due, queue_due)
         self._expecting = NOTHING_DUE if due is None else due
         # Best-effort leases also look now and then for capacity freed without a wake-up.
-        most = min(settings.max_wait_seconds, settings.queue_poll_seconds) if hunting else None
+        waiting = hunting or self._healing
+        most = min(settings.max_wait_seconds, settings.queue_poll_seconds) if waiting else None
         return seconds_until(due, self.ctx.clock.now(), most or settings.max_wait_seconds)
 
     def _sleep_or_prepare(self) -> float:
@@ -539,6 +556,7 @@ class Manager:
             self._wake.clear()
             try:
                 self.run_due()
+                self.heal()
                 wait = 0.0 if self.serve_queue() else self._sleep_or_prepare()
             except Exception:
                 LOG.exception("manager pass failed; retrying in 1 s")

@@ -112,6 +112,14 @@ class HostsView:
         return [int(h) for h in self.ids[found[order]]]
 
 
+def replacements(view: HostsView, count: int, unusable: Iterable[int]) -> list[int]:
+    """Up to ``count`` hosts to stand in for failed ones over the view's window: free ones,
+    none of ``unusable`` (hosts down or failed lately), tightest fit first (docs/healing.md)."""
+    banned = set(unusable)
+    skip = [k for k, h in enumerate(view.ids.tolist()) if h in banned]
+    return view.best_fit(count, skip)
+
+
 @dataclass(frozen=True)
 class HostDemand:
     """``min``..``max`` hosts for [start, end), with hosts already held kept when possible."""

@@ -258,6 +258,16 @@ class CalendarCache:
         new = [_span(row) for row in self._store.spans_of(session, [reservation_id])]
         self._swap(session, reservation_id, new)
 
+    def reread(self, session: Session, reservation_ids: Collection[str]) -> None:
+        """Take these reservations' allocations as this transaction wrote them (healing moves
+        single rows, services/healing.py), here and, through the log, in other processes."""
+        self.sync(session)
+        new: dict[str, list[Span]] = {rid: [] for rid in reservation_ids}
+        for row in self._store.spans_of(session, list(new)):
+            new[row.reservation_id].append(_span(row))
+        for rid, spans in new.items():
+            self._swap(session, rid, spans)
+
     def _swap(
         self, session: Session, reservation_id: str, new: list[Span], *, log: bool = True
     ) -> None:

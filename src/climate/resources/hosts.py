@@ -163,7 +163,7 @@ class PhysicalHostType(ResourceType):
         matching = self.inventory.matching(
             session, params["hypervisor_properties"], params["resource_properties"]
         )
-        held = frozenset(a.host_id for a in reservation.allocations)
+        held = frozenset(current_hosts(reservation))
         calendars = self.calendar.view(session, matching, start, end, [reservation.id])
         demand = HostDemand(
             start=start,
@@ -248,7 +248,7 @@ class PhysicalHostType(ResourceType):
         session.refresh(reservation, ["allocations"])
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
-        return [str(a.host_id) for a in reservation.allocations]
+        return [str(h) for h in current_hosts(reservation)]
 
     @contextlib.contextmanager
     def searching(
@@ -286,6 +286,15 @@ class PhysicalHostType(ResourceType):
         matching = self.inventory.matching(session, hypervisor_properties, resource_properties)
         with self.calendar.reading(session) as calendar:
             return timeline(calendar, matching, start, bucket, count)
+
+
+def current_hosts(reservation: Reservation) -> list[int]:
+    """The hosts a reservation holds to its end: a host healing took away keeps only the
+    allocation of its past, which ends before the others (services/healing.py)."""
+    if not reservation.allocations:
+        return []
+    last = max(a.end_date for a in reservation.allocations)
+    return [a.host_id for a in reservation.allocations if a.end_date == last]
 
 
 def flag_field(merged: Mapping[str, Any], key: str, field: str, *, default: bool) -> bool:

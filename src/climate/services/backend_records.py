@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy.orm import Session
 
-from climate.backends.base import Done, Handover, Migration
+from climate.backends.base import Done, Handover, Migration, Replace
 from climate.db import assignments
 from climate.db import reclaim as reclaim_rows
 from climate.db.assignments import State
@@ -108,6 +108,26 @@ def migrated(session: Session, moves: Sequence[Migration]) -> None:
             m.from_host,
             m.to_host,
         )
+
+
+def replaced(session: Session, action: Replace) -> None:
+    """The old host is back from the project, the new one is the project's; a grant already
+    recorded is not recorded twice (a repeated heal)."""
+    h = action.handover
+    if action.old_host is not None:
+        assignments.release_resource(
+            session, h.reservation_id, h.resource_type, action.old_host, h.at
+        )
+    if action.new_host is not None:
+        grants = _grants(h)
+        assignments.assign_many(session, [g for g in grants if g.resource_id == action.new_host])
+    LOG.info(
+        "lease %s: reservation %s host %s replaced by %s",
+        h.lease_id,
+        h.reservation_id,
+        action.old_host or "(none)",
+        action.new_host or "(none)",
+    )
 
 
 def made(reservations: Iterable[Reservation], done: Done) -> None:

@@ -103,10 +103,7 @@ class HostService:
         return columns, dict(found.properties)
 
     def _wake_queue(self, session: Session, now: dt.datetime) -> None:
-        """A host added or changed (made reservable again, resized) may be what waiting leases
-        wait for: the manager serves the queue at once, not at its next poll."""
-        if lease_rows.queue_waits(session):
-            self.ctx.events_changed(session, now)
+        wake_queue(self.ctx, session, now)
 
     def list_all(self, actor: Actor, page: Page = FIRST_PAGE) -> Sequence[Host]:
         """:raises InvalidInput: ``marker`` is not a host id, or a bad ``sort_key``."""
@@ -256,6 +253,18 @@ class HostService:
             sort_keys=host_rows.HOST_SORT_KEYS,
             cap=self.ctx.settings.max_page_size,
         )
+
+
+def wake_queue(ctx: ServiceContext, session: Session, now: dt.datetime) -> None:
+    """A host added or changed (made reservable again, resized, back up) may be what waiting
+    leases wait for: the manager serves the queue at once, not at its next poll."""
+    if lease_rows.queue_waits(session):
+        ctx.events_changed(session, now)
+
+
+def load_host(session: Session, host_id: str) -> Host:
+    """:raises NotFound: no host with that id."""
+    return _load(session, host_id)
 
 
 def _load(session: Session, host_id: str) -> Host:

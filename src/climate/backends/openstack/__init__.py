@@ -41,6 +41,7 @@ from climate.backends.base import (
     Inspected,
     Migrate,
     Migration,
+    Replace,
     Result,
     Start,
     StartManual,
@@ -160,6 +161,9 @@ class OpenStackBackend(Backend):
         if isinstance(action, Withdraw):
             self._withdraw(action)
             return Done()
+        if isinstance(action, Replace):
+            self._replace(action)
+            return Done()
         return self._enrol(action)
 
     # -- enrolment ---------------------------------------------------------------------------
@@ -270,6 +274,28 @@ class OpenStackBackend(Backend):
             {self.config.owner_key: h.project_id, h.project_id: self.config.project_id_key},
         )
         self._move_in(aggregate, sorted(set(h.hosts.values())), leave_freepool=True)
+
+    def _replace(self, action: Replace) -> None:
+        """A failed host of a running host reservation swapped for a spare: the spare into the
+        reservation's aggregate (then out of the freepool), the failed one back into the
+        freepool (then out of the aggregate), so neither is ever outside every aggregate."""
+        h = action.handover
+        if h.resource_type != HOSTS:
+            raise ValueError(f"only host reservations are healed, not {h.resource_type}")
+        aggregate = self._aggregate(h.reservation_id)
+        if aggregate is None:  # no start has made it yet: make it with the hosts held now
+            self._start_hosts(h)
+            return
+        if action.new_host is not None:
+            self._move_in(aggregate, [h.hosts[action.new_host]], leave_freepool=True)
+        if action.old_host is not None:
+            old = h.hosts[action.old_host]
+            freepool = self._aggregate(self.config.freepool_name, create=True)
+            if old not in (freepool.hosts or []):
+                self.conn.compute.add_host_to_aggregate(freepool, old)
+            aggregate = self._aggregate(h.reservation_id)
+            if old in (aggregate.hosts or []):
+                self.conn.compute.remove_host_from_aggregate(aggregate, old)
 
     def _start_instances(self, h: Handover) -> Mapping[str, Mapping[str, Any]]:
         rid = h.reservation_id

@@ -48,20 +48,25 @@ class Process:
 def start_api(
     database_url: str, command: str = "api", env: dict[str, str] | None = None
 ) -> tuple[Process, str]:
+    return start_serving([command, "--database-url", database_url], env)
+
+
+def start_serving(args: list[str], env: dict[str, str] | None = None) -> tuple[Process, str]:
+    """``climate <args> --port <free port>``, once it answers HTTP; the process and its URL."""
     port = free_port()
-    process = Process([command, "--database-url", database_url, "--port", str(port)], env)
+    process = Process([*args, "--port", str(port)], env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:
-            raise RuntimeError(f"climate {command} exited: {process.stop()}")
+            raise RuntimeError(f"climate {args[0]} exited: {process.stop()}")
         try:
             if httpx.get(url + "/", timeout=1).status_code == 300:
                 return process, url
         except httpx.HTTPError:
             time.sleep(0.1)
     process.stop()
-    raise RuntimeError(f"climate {command} did not come up on {url}")
+    raise RuntimeError(f"climate {args[0]} did not come up on {url}")
 
 
 def start_manager(database_url: str, env: dict[str, str] | None = None) -> Process:

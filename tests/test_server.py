@@ -14,30 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
-from tests.processes import CLIMATE, Process
+from tests.processes import CLIMATE, Process, start_serving
 
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
 
 
 def _serve(data_dir: Path, **env: str) -> tuple[Process, str]:
-    port = free_port()
-    process = Process(
-        ["serve", "--port", str(port)], env={"CLIMATE_DATA_DIR": str(data_dir), **env}
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.proc.poll() is not None:
-            raise RuntimeError(f"climate serve exited: {process.stop()}")
-        try:
-            if httpx.get(url + "/", timeout=1).status_code == 300:
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.stop()
-    raise RuntimeError(f"climate serve did not come up on {url}")
+    return start_serving(["serve"], {"CLIMATE_DATA_DIR": str(data_dir), **env})
 
 
 @pytest.fixture

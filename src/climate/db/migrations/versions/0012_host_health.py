@@ -28,8 +28,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("reservations") as batch:
+    # A plain DROP COLUMN (SQLite 3.35+): rebuilding the tables, as batch mode would on SQLite,
+    # fails the foreign keys that refer to them.
+    with op.batch_alter_table("reservations", recreate="never") as batch:
         batch.drop_column("missing_hosts")
-    with op.batch_alter_table("hosts") as batch:
+    with op.batch_alter_table("hosts", recreate="never") as batch:
         for column in ("last_down_at", "health_since", "health_reason", "health"):
             batch.drop_column(column)

@@ -909,7 +909,7 @@ class LeaseService:
                 lease.events.append(_reminder(lease.id, lease.end_date - offset, now))
 
     def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
-        enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
+        enqueue_lease(session, self.ctx.settings, topic, lease, now)
 
 
 def _events(lease: Lease, now: dt.datetime, reminders: Sequence[dt.timedelta] = ()) -> list[Event]:

@@ -7,6 +7,7 @@ stopping the broker itself is left to CI (docs/notifications.md)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -20,11 +21,14 @@ from typing import Any
 
 import kombu
 import pytest
+from sqlalchemy import select
 
 from climate.config import Settings, load_settings
 from climate.db import outbox
 from climate.db.engine import Database
+from climate.db.tables import OutboxMessage
 from climate.domain.clock import ManualClock, SystemClock
+from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.notify.delivery import Deliverer
 from climate.runtime import build_context, build_workers
@@ -390,3 +394,59 @@ def test_bus_settings_are_read_from_the_environment() -> None:
     with pytest.raises(InvalidInput) as refused:
         load_settings(env={"CLIMATE_NOTIFICATION_TOPICS": ""})
     assert refused.value.field == "CLIMATE_NOTIFICATION_TOPICS"
+
+
+def _bus_event_types(db: Database, lease_id: str) -> list[str]:
+    with db.reader() as session:
+        rows = session.scalars(
+            select(OutboxMessage)
+            .where(OutboxMessage.lease_id == lease_id, OutboxMessage.url.startswith("bus:"))
+            .order_by(OutboxMessage.id)
+        ).all()
+        return [row.topic for row in rows]
+
+
+def test_holds_confirmed_and_lapsed_have_event_types_of_their_own(
+    settings: Settings, db: Database, clock: ManualClock
+) -> None:
+    ctx = build_context(
+        _bus_settings(settings, "rabbit://guest:guest@127.0.0.1:5672/", "n"), db, clock
+    )
+    add_hosts(HostService(ctx), 2)
+    leases, manager = LeaseService(ctx), build_workers(ctx).manager
+    window = (T0 + HOUR, T0 + 2 * HOUR)
+    kept = leases.create(
+        ALICE, dataclasses.replace(host_request("kept", *window), hold=dt.timedelta(minutes=10))
+    )
+    leases.confirm(ALICE, kept.id)
+    lapsing = leases.create(
+        ALICE, dataclasses.replace(host_request("lapsing", *window), hold=dt.timedelta(minutes=1))
+    )
+    clock.advance(dt.timedelta(minutes=2))
+    manager.serve_queue()
+    assert _bus_event_types(db, kept.id) == ["lease.create", "lease.hold.confirm"]
+    assert _bus_event_types(db, lapsing.id) == ["lease.create", "lease.hold.expire"]
+
+
+def test_a_waiting_lease_admitted_from_the_queue_has_an_event_type_of_its_own(
+    settings: Settings, db: Database, clock: ManualClock
+) -> None:
+    ctx = build_context(
+        _bus_settings(settings, "rabbit://guest:guest@127.0.0.1:5672/", "n"), db, clock
+    )
+    add_hosts(HostService(ctx), 1)
+    leases, manager = LeaseService(ctx), build_workers(ctx).manager
+    leases.create(ALICE, host_request("occupant", None, T0 + HOUR))
+    waiting = leases.create(
+        ALICE,
+        dataclasses.replace(
+            host_request("waiting", None, T0 + HOUR),
+            lease_type=LeaseType.BEST_EFFORT,
+            deadline=T0 + 10 * HOUR,
+        ),
+    )
+    manager.run_due()
+    clock.set(T0 + HOUR)
+    manager.run_due()
+    manager.serve_queue()
+    assert _bus_event_types(db, waiting.id)[:2] == ["lease.create", "lease.waiting.admit"]

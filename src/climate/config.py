@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: Seconds = 5.0
     webhook_max_attempts: int = Field(10, ge=1)
     webhook_concurrency: int = Field(8, ge=1)
+    notification_transport_url: str = ""
+    """Where bus notifications go (oslo.messaging, e.g. ``rabbit://user:pass@host:5672/``);
+    empty: none are sent."""
+    notification_topics: Annotated[tuple[str, ...], NoDecode, Field(min_length=1)] = (
+        "notifications",
+    )
+    notification_driver: Literal["messagingv2", "messaging"] = "messagingv2"
+    notification_publisher_id: str = Field("blazar.lease", min_length=1)
+    notification_timeout_seconds: float = Field(5.0, gt=0, le=300)
     event_max_attempts: int = Field(3, ge=1)
     event_retry_base_seconds: float = Field(1.0, ge=0)
     event_claim_seconds: Seconds = 120.0
@@ -141,7 +150,7 @@ class Settings(BaseSettings):
         # of a bad value; Settings(...) on its own reads nothing else.
         return (init_settings,)
 
-    @field_validator("webhooks", mode="before")
+    @field_validator("webhooks", "notification_topics", mode="before")
     @classmethod
     def _comma_separated(cls, raw: object) -> object:
         if isinstance(raw, str):
@@ -168,6 +177,35 @@ class Settings(BaseSettings):
         except InvalidInput as exc:
             raise ValueError(exc.message.removeprefix("webhooks: ")) from exc
         return urls
+
+    @field_validator("notification_topics")
+    @classmethod
+    def _topic_names(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [t for t in topics if not t or any(c.isspace() or not c.isprintable() for c in t)]
+        if bad:
+            raise ValueError("topics are names without spaces, not " + ", ".join(map(repr, bad)))
+        return topics
+
+    @field_validator("notification_transport_url")
+    @classmethod
+    def _transport_url(cls, url: str) -> str:
+        if not url:
+            return url
+        from climate.notify.bus import redact, transport_url_problem
+
+        problem = transport_url_problem(url)
+        if problem is not None:
+            raise ValueError(f"not an oslo.messaging transport URL: {redact(url)!r}: {problem}")
+        return url
+
+    @property
+    def notification_sinks(self) -> tuple[str, ...]:
+        """Where each notification goes: every webhook URL, and each bus topic (``bus:<topic>``)
+        when there is a transport URL."""
+        from climate.notify.bus import sink_keys
+
+        bus = sink_keys(self.notification_topics) if self.notification_transport_url else ()
+        return self.webhooks + bus
 
     @field_validator("flavors")
     @classmethod
@@ -250,7 +288,7 @@ def _problem(error: ErrorDetails) -> str:
         return f"must be at least {ctx['ge']:g}, not {value!r}"
     if kind == "less_than_equal":
         return f"must be at most {ctx['le']:g}, not {value!r}"
-    if kind == "string_too_short":
+    if kind in ("string_too_short", "too_short"):
         return "must not be empty"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}, not {value!r}"

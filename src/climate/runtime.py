@@ -62,7 +62,7 @@ class Workers:
 
     def wake(self, earliest: dt.datetime | None = None) -> None:
         self.manager.wake(earliest)
-        if self.manager.ctx.settings.webhooks:
+        if self.manager.ctx.settings.notification_sinks:
             self.deliverer.wake()
 
     def start(self, *, watch: bool = True) -> None:

@@ -322,7 +322,7 @@ class EventHandlers:
             items=[(s.event_id, {"lease_id": s.lease.id, "manager": self.manager}) for s in done],
         )
         notices = [s for s in done if s.topic is not None]
-        if not self.ctx.settings.webhooks or not notices:
+        if not self.ctx.settings.notification_sinks or not notices:
             return
         # The notification shows the lease as the API will: bring the loaded copy up to date
         # (without making it dirty: it is written already).
@@ -335,8 +335,8 @@ class EventHandlers:
                 set_committed_value(reservation, "updated_at", now)
         enqueue_leases(
             session,
-            self.ctx.settings.webhooks,
-            [(s.topic, s.lease) for s in notices if s.topic is not None],
+            self.ctx.settings,
+            [(s.topic, s.lease, None) for s in notices if s.topic is not None],
             now,
         )
 
@@ -353,7 +353,7 @@ class EventHandlers:
                 check_reservation_transition(reservation.status, ReservationStatus.ERROR)
                 reservation.status = ReservationStatus.ERROR
         lease.updated_at = now
-        enqueue_lease(session, self.ctx.settings.webhooks, "lease.error", lease, now)
+        enqueue_lease(session, self.ctx.settings, "lease.error", lease, now)
         audit.record(
             session,
             at=now,

@@ -148,8 +148,8 @@ class Manager:
 
     @property
     def _with_events(self) -> bool:
-        """Notifications show the lease's events: load them only when there are webhooks."""
-        return bool(self.ctx.settings.webhooks)
+        """Notifications show the lease's events: load them only when there are sinks."""
+        return bool(self.ctx.settings.notification_sinks)
 
     # -- one pass ----------------------------------------------------------------------------
 

@@ -1,39 +1,61 @@
-"""Notifications: written to the outbox with the change, delivered later with retries."""
+"""Notifications: written to the outbox with the change, delivered later with retries.
+
+One row per sink: each webhook URL gets the lease as the API shows it, each bus topic
+(``bus:<topic>``) the oslo.messaging message Blazar would send."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
 from climate import wire
 from climate.db import outbox
 from climate.db.tables import Lease
+from climate.notify import bus
+
+if TYPE_CHECKING:
+    from climate.config import Settings
 
 
 def enqueue_lease(
-    session: Session, urls: tuple[str, ...], topic: str, lease: Lease, now: dt.datetime
+    session: Session,
+    settings: Settings,
+    topic: str,
+    lease: Lease,
+    now: dt.datetime,
+    event_type: str | None = None,
 ) -> None:
-    """Queue ``topic`` (lease.create, lease.start, ...) with the lease as the API shows it."""
-    if not urls:
+    """Queue ``topic`` (lease.create, lease.start, ...) to every sink: the lease as the API
+    shows it to webhooks, Blazar's notification of ``event_type`` (by default the one ``topic``
+    maps to) to the bus."""
+    if not settings.notification_sinks:
         return
     session.flush()
-    payload = {"event": topic, "sent_at": wire.stamp(now), "lease": wire.lease(lease)}
-    outbox.enqueue(session, urls, topic, payload, now, lease.id)
+    enqueue_leases(session, settings, [(topic, lease, event_type)], now)
 
 
 def enqueue_leases(
     session: Session,
-    urls: tuple[str, ...],
-    notices: Sequence[tuple[str, Lease]],
+    settings: Settings,
+    notices: Sequence[tuple[str, Lease, str | None]],
     now: dt.datetime,
 ) -> None:
-    """``enqueue_lease`` for many (topic, lease) pairs at once, for leases that are fully loaded
-    and whose changes are already written (the manager's batches): no flush per lease."""
-    if not urls or not notices:
+    """``enqueue_lease`` for many (topic, lease, event type) at once, for leases that are fully
+    loaded and whose changes are already written (the manager's batches): no flush per lease."""
+    sinks = settings.notification_sinks
+    if not sinks or not notices:
         return
+    webhooks = [s for s in sinks if not s.startswith(bus.BUS_PREFIX)]
+    topics = [s for s in sinks if s.startswith(bus.BUS_PREFIX)]
     sent_at = wire.stamp(now)
-    for topic, lease in notices:
-        payload = {"event": topic, "sent_at": sent_at, "lease": wire.lease(lease)}
-        outbox.enqueue(session, urls, topic, payload, now, lease.id)
+    for topic, lease, event_type in notices:
+        if webhooks:
+            payload = {"event": topic, "sent_at": sent_at, "lease": wire.lease(lease)}
+            outbox.enqueue(session, webhooks, topic, payload, now, lease.id)
+        if topics:
+            kind = event_type or bus.EVENT_TYPES[topic]
+            stored = bus.message(kind, lease, settings.notification_publisher_id, now)
+            outbox.enqueue(session, topics, kind, stored, now, lease.id)

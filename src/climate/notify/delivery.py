@@ -19,6 +19,7 @@ import httpx
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
+from climate.notify.bus import BUS_PREFIX, Bus, BusSink
 from climate.notify.sinks import Sink, WebhookSink
 from climate.services.context import ServiceContext
 
@@ -48,6 +49,13 @@ class Deliverer:
         self._pool = ThreadPoolExecutor(
             ctx.settings.webhook_concurrency, thread_name_prefix="climate-notify-sink"
         )
+        self._bus: Bus | None = None
+        if ctx.settings.notification_transport_url:
+            self._bus = Bus(
+                ctx.settings.notification_transport_url,
+                ctx.settings.notification_driver,
+                ctx.settings.notification_timeout_seconds,
+            )
         self._busy: set[str] = set()
         """The sinks this process is serving now."""
         self._lock = threading.Lock()
@@ -74,6 +82,8 @@ class Deliverer:
 
     def _sink(self, key: str) -> Sink:
         settings = self.ctx.settings
+        if key.startswith(BUS_PREFIX):
+            return BusSink(key, self._bus, settings.notification_timeout_seconds)
         return WebhookSink(
             key, self.client, settings.webhook_secret, settings.webhook_timeout_seconds
         )
@@ -196,3 +206,5 @@ class Deliverer:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.client.close()
+        if self._bus is not None:
+            self._bus.close()

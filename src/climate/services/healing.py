@@ -311,7 +311,7 @@ class HealingService:
                     "missing_hosts": missing,
                 },
             )
-            enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
+            enqueue_lease(session, self.ctx.settings, topic, lease, now)
 
 
 def _audit_host(

@@ -579,7 +579,7 @@ class LeaseService:
             lease.updated_at = now
             lease.events.extend(_events(lease, now, lease_rows.reminder_offsets(lease)))
             session.flush()
-            self._notify(session, "lease.update", lease, now)
+            self._notify(session, "lease.update", lease, now, "lease.hold.confirm")
             _audit(session, now, actor, "lease.confirm", lease, {"status": LeaseStatus.PENDING})
             self.ctx.events_changed(session, lease.start_date)
         return lease
@@ -652,7 +652,7 @@ class LeaseService:
         lease.updated_at = now
         lease.events.extend(_events(lease, now, lease_rows.reminder_offsets(lease)))
         session.flush()
-        self._notify(session, "lease.update", lease, now)
+        self._notify(session, "lease.update", lease, now, "lease.waiting.admit")
         self.ctx.events_changed(session, now)
 
     def _refused(self, lease_id: str, reason: str, now: dt.datetime) -> None:
@@ -703,7 +703,7 @@ class LeaseService:
             lease.status_reason = f"hold not confirmed by {lease.hold_expires_at}"
             lease.updated_at = now
             session.flush()
-            self._notify(session, "lease.update", lease, now)
+            self._notify(session, "lease.update", lease, now, "lease.hold.expire")
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -908,8 +908,15 @@ class LeaseService:
             if offset not in current:
                 lease.events.append(_reminder(lease.id, lease.end_date - offset, now))
 
-    def _notify(self, session: Session, topic: str, lease: Lease, now: dt.datetime) -> None:
-        enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
+    def _notify(
+        self,
+        session: Session,
+        topic: str,
+        lease: Lease,
+        now: dt.datetime,
+        event_type: str | None = None,
+    ) -> None:
+        enqueue_lease(session, self.ctx.settings, topic, lease, now, event_type)
 
 
 def _events(lease: Lease, now: dt.datetime, reminders: Sequence[dt.timedelta] = ()) -> list[Event]:

@@ -181,7 +181,7 @@ class OperatorService:
         lease.updated_at = now
         session.flush()
         session.refresh(lease)
-        enqueue_lease(session, self.ctx.settings.webhooks, topic, lease, now)
+        enqueue_lease(session, self.ctx.settings, topic, lease, now)
         self.ctx.events_changed(session, now)
         return lease
 

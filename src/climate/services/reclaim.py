@@ -238,7 +238,7 @@ class ReclaimService:
                 target_id=moved_id,
                 detail={"project_id": moved.project_id, "by_lease": lease.id, "moves": described},
             )
-            enqueue_lease(session, self.ctx.settings.webhooks, "lease.update", moved, now)
+            enqueue_lease(session, self.ctx.settings, "lease.update", moved, now)
         audit.record(
             session,
             at=now,

@@ -167,7 +167,7 @@ class ReservationActionService:
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             lease, reservation = self._find(session, action, actor, lease_id, reservation_id)
             self._record(session, action, actor, lease, reservation, handover, now)
-            enqueue_lease(session, self.ctx.settings.webhooks, "lease.update", lease, now)
+            enqueue_lease(session, self.ctx.settings, "lease.update", lease, now)
         return lease
 
     def _remote(self, action: _Action, handover: Handover) -> None:

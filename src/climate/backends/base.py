@@ -183,6 +183,15 @@ Outcome = BaseException | None
 """Per event of a manager batch: None when it succeeded, else why it failed."""
 
 
+@dataclass(frozen=True)
+class HostState:
+    """How the world sees a host's compute service: ``up`` False when it is down, forced
+    down or disabled, with ``reason`` saying which."""
+
+    up: bool
+    reason: str | None = None
+
+
 class UnknownResource(LookupError):
     """``Enrol`` of a resource the world does not know (the API answers 404)."""
 
@@ -210,6 +219,15 @@ class Backend(abc.ABC):
     can_migrate: bool = False
     """Whether ``Migrate`` moves running workloads: best-effort leases reclaim hosts
     (docs/lease-types.md) only through a backend that can."""
+
+    watches_hosts: bool = False
+    """Whether ``host_states`` reports the world's view of host health: the manager then runs
+    a host monitor (manager/monitor.py) that marks hosts down and up as the world says."""
+
+    def host_states(self) -> Mapping[str, HostState]:
+        """Host (service) name -> its state, for every host the world knows; only called when
+        ``watches_hosts``."""
+        raise NotImplementedError(f"backend {self.name} does not watch hosts")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:

@@ -38,6 +38,7 @@ from climate.backends.base import (
     End,
     Enrol,
     Handover,
+    HostState,
     Inspected,
     Migrate,
     Migration,
@@ -62,6 +63,8 @@ RESERVATION_PREFIX = "reservation"
 FLAVOR_EXTRA_SPEC = "aggregate_instance_extra_specs:reservation"
 HYPERVISOR_MICROVERSION = "2.87"
 """The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
+SERVICES_MICROVERSION = "2.53"
+"""os-services with ``forced_down`` and service UUIDs."""
 PLACEMENT_MICROVERSION = "1.29"
 SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
 STOPPED = frozenset({"SHUTOFF"})
@@ -91,6 +94,7 @@ def connect(config: CloudConfig) -> Any:
 class OpenStackBackend(Backend):
     name = "openstack"
     can_migrate = True
+    watches_hosts = True
 
     def __init__(self, conn: Any, config: CloudConfig) -> None:
         self.conn = conn
@@ -165,6 +169,21 @@ class OpenStackBackend(Backend):
             self._replace(action)
             return Done()
         return self._enrol(action)
+
+    # -- host health ---------------------------------------------------------------------------
+
+    def host_states(self) -> Mapping[str, HostState]:
+        """Each nova-compute service's host: down when Nova reports it down (no heartbeat for
+        ``service_down_time``), forced down, or disabled (Blazar's ``poll`` takes the same
+        three as failures)."""
+        response = self.conn.compute.get(
+            "/os-services?binary=nova-compute", microversion=SERVICES_MICROVERSION
+        )
+        response.raise_for_status()
+        states: dict[str, HostState] = {}
+        for service in response.json()["services"]:
+            states[str(service["host"])] = _service_state(service)
+        return states
 
     # -- enrolment ---------------------------------------------------------------------------
 
@@ -607,6 +626,17 @@ def _slots(h: Handover) -> dict[str, int]:
     """Host name -> instance slots of an instance reservation (ids ``<host id>:<n>``)."""
     counts = Counter(r.partition(":")[0] for r in h.resource_ids)
     return {h.hosts[host_id]: n for host_id, n in counts.items() if host_id in h.hosts}
+
+
+def _service_state(service: Mapping[str, Any]) -> HostState:
+    if service.get("forced_down"):
+        return HostState(False, "nova: forced down")
+    if service.get("status") == "disabled":
+        why = "".join(c for c in str(service.get("disabled_reason") or "") if c.isprintable())
+        return HostState(False, f"nova: disabled ({why[:200]})" if why else "nova: disabled")
+    if service.get("state") != "up":
+        return HostState(False, "nova: down")
+    return HostState(True)
 
 
 def _flavor_id(server: Any) -> str | None:

@@ -106,6 +106,9 @@ def test_a_compute_forced_down_heals_its_lease_onto_a_spare(
             wait_for(lambda: aggregate(cloud, reservation.id).hosts == [spare], 15)
             assert failing in aggregate(cloud, freepool).hosts
             assert spare not in (aggregate(cloud, freepool).hosts or [])
+            # Nova is changed inside the healing transaction, just before it commits.
+            down_id = _host_id(ctx, failing)
+            wait_for(lambda: hosts.get(ADMIN, str(down_id)).health == "down", 5)
             with ctx.db.reader() as session:
                 down = session.scalars(select(Host).where(Host.service_name == failing)).one()
                 assert (down.health, down.health_reason) == ("down", "nova: forced down")
@@ -138,3 +141,55 @@ def test_a_host_an_operator_marked_down_stays_down(
     assert HostMonitor(ctx, timeboxed).poll() == []  # Nova says up; the operator's word stands
     shown = HostService(ctx, timeboxed).get(ADMIN, str(host.id))
     assert (shown.health, shown.health_reason) == ("down", "disk replaced")
+
+
+def test_nova_s_service_update_notification_heals_without_waiting_for_a_poll(
+    climate: Any,
+    cloud: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+) -> None:
+    ctx, backend = climate
+    heard = {"nova_poll_seconds": 600, "nova_transport_url": openstack_env["TRANSPORT_URL"]}
+    ctx = dataclasses.replace(ctx, settings=ctx.settings.model_copy(update=heard))
+    backend.config = dataclasses.replace(
+        backend.config, nova_transport_url=openstack_env["TRANSPORT_URL"]
+    )
+    actor, _ = lessee
+    timeboxed = Timeboxed(backend, 60)
+    hosts = HostService(ctx, timeboxed)
+    for name in ("compute1", "compute2"):
+        hosts.create(ADMIN, name, {})
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    clock.set(start)
+    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
+    request = LeaseRequest(
+        name="heard",
+        start=start,
+        end=start + HOUR,
+        reservations=[ReservationRequest("physical:host", fields)],
+    )
+    lease = LeaseService(ctx).create(actor, request)
+    (reservation,) = lease.reservations
+    manager = Manager(ctx, backend)
+    manager.run_due()
+    (failing,) = aggregate(cloud, reservation.id).hosts
+    spare = "compute2" if failing == "compute1" else "compute1"
+    monitor = HostMonitor(ctx, timeboxed)
+    monitor.start()  # polls once now, then not for 600 s: only a notification wakes it
+    try:
+        time.sleep(1)  # the first poll done and the listener consuming
+        with forced_down(cloud, failing):
+            wait_for(lambda: aggregate(cloud, reservation.id).hosts == [spare], 10)
+        wait_for(lambda: hosts.get(ADMIN, str(_host_id(ctx, failing))).health == "up", 10)
+    finally:
+        monitor.stop()
+    clock.set(start + HOUR)
+    manager.run_due()
+    assert aggregate(cloud, reservation.id) is None
+
+
+def _host_id(ctx: Any, name: str) -> int:
+    with ctx.db.reader() as session:
+        return session.scalars(select(Host.id).where(Host.service_name == name)).one()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -228,6 +228,13 @@ class Backend(abc.ABC):
         """Host (service) name -> its state, for every host the world knows; only called when
         ``watches_hosts``."""
         raise NotImplementedError(f"backend {self.name} does not watch hosts")
+
+    def on_host_change(self, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``wake`` whenever the world says a host's state may have changed (openstack:
+        Nova's ``service.update`` notifications), from a thread of the backend's own. Returns
+        how to stop listening, or None when the backend hears nothing (the monitor then only
+        polls)."""
+        return None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from sqlalchemy import select
 
@@ -31,7 +32,9 @@ class HostMonitor:
         self.ctx = ctx
         self.backend = backend
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._unlisten: Callable[[], None] | None = None
 
     def poll(self) -> list[HealReport]:
         """One look at the world; the hosts whose health changed, with the healing done."""
@@ -55,16 +58,25 @@ class HostMonitor:
                 reports.append(healing.mark_up(ACTOR, str(host_id)))
         return reports
 
+    def wake(self) -> None:
+        """Look now (the cloud said a host changed)."""
+        self._wake.set()
+
     def run_forever(self) -> None:
         period = self.ctx.settings.nova_poll_seconds
         while not self._stop.is_set():
+            self._wake.clear()
             try:
                 self.poll()
             except Exception as exc:  # the cloud unreachable: look again next period
                 LOG.warning("host monitor: %s: %s", type(exc).__name__, exc)
-            self._stop.wait(period)
+            self._wake.wait(period)
 
     def start(self) -> None:
+        try:
+            self._unlisten = self.backend.inner.on_host_change(self.wake)
+        except Exception as exc:  # the bus unreachable: polling still runs
+            LOG.warning("host monitor: not listening to the cloud: %s: %s", type(exc).__name__, exc)
         self._thread = threading.Thread(
             target=self.run_forever, name="climate-host-monitor", daemon=True
         )
@@ -72,5 +84,8 @@ class HostMonitor:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+        if self._unlisten is not None:
+            self._unlisten()
         if self._thread is not None:
             self._thread.join(timeout=10)

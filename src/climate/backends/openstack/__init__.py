@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from climate.backends.base import (
@@ -184,6 +185,50 @@ class OpenStackBackend(Backend):
         for service in response.json()["services"]:
             states[str(service["host"])] = _service_state(service)
         return states
+
+    def on_host_change(self, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Listen (oslo.messaging, pool ``climate``) for Nova's versioned ``service.update``
+        notifications of nova-compute services on ``nova_transport_url``; each calls ``wake``
+        (the monitor then reads os-services, which stays the one source of truth)."""
+        if not self.config.nova_transport_url:
+            return None
+        with warnings.catch_warnings():
+            # oslo.messaging imports eventlet and oslo.utils' eventletutils, both deprecated
+            # (and unused with the threading executor); their import-time warnings are noise.
+            warnings.simplefilter("ignore")
+            import oslo_messaging
+            from oslo_config import cfg
+
+        class Endpoint:
+            filter_rule = oslo_messaging.NotificationFilter(event_type=r"^service\.update$")
+
+            def info(
+                self, ctxt: object, publisher: str, event: str, payload: Any, meta: Any
+            ) -> None:
+                data = payload.get("nova_object.data", {}) if isinstance(payload, dict) else {}
+                if data.get("binary", "nova-compute") == "nova-compute":
+                    LOG.info("nova: service.update of %s", data.get("host"))
+                    wake()
+
+        transport = oslo_messaging.get_notification_transport(
+            cfg.ConfigOpts(), url=self.config.nova_transport_url
+        )
+        listener = oslo_messaging.get_notification_listener(
+            transport,
+            # Nova publishes on its own exchange (its control_exchange), not "openstack".
+            [oslo_messaging.Target(exchange="nova", topic=self.config.nova_notification_topic)],
+            [Endpoint()],
+            executor="threading",
+            pool="climate",
+        )
+        listener.start()
+
+        def stop() -> None:
+            listener.stop()
+            listener.wait()
+            transport.cleanup()
+
+        return stop
 
     # -- enrolment ---------------------------------------------------------------------------
 

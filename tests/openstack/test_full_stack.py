@@ -56,6 +56,7 @@ def test_a_member_leases_a_compute_through_keystone_and_nova(
     reservation_id = ""
     try:
         with serve(here, sqlite_url) as server:
+            assert server.workers.monitor is not None  # the openstack backend watches Nova
             admin = httpx.Client(
                 base_url=f"{server.url}/v1", headers={"X-Auth-Token": admin_token}, timeout=60
             )

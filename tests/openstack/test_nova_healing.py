@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import kombu
 from sqlalchemy import select
 
 from climate.backends.base import Timeboxed
@@ -185,6 +186,9 @@ def test_nova_s_service_update_notification_heals_without_waiting_for_a_poll(
         wait_for(lambda: hosts.get(ADMIN, str(_host_id(ctx, failing))).health == "up", 10)
     finally:
         monitor.stop()
+        url = openstack_env["TRANSPORT_URL"].replace("rabbit://", "amqp://", 1)
+        with kombu.Connection(url) as bus:
+            bus.channel().queue_delete("climate")  # the listener pool's queue, left on purpose
     clock.set(start + HOUR)
     manager.run_due()
     assert aggregate(cloud, reservation.id) is None

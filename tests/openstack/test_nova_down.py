@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from climate.backends.base import Timeboxed
@@ -177,3 +179,24 @@ def test_nova_down_at_the_end_retries_with_backoff_then_ends_or_errs(
     assert end_event(ctx, recovers.id).status == "DONE"
     assert aggregate(cloud, recovers.reservations[0].id) is None
     assert kept in aggregate(cloud, freepool).hosts
+
+
+def test_a_hung_nova_request_gives_up_after_the_backend_timeout(
+    openstack_env: dict[str, str],
+) -> None:
+    """A Nova that takes the connection and never answers (a listening socket nobody serves):
+    each request of the backend gives up after ``backend_timeout_seconds``, so neither the host
+    monitor nor an abandoned event thread hangs forever."""
+    from climate.backends.openstack import OpenStackBackend
+    from tests.openstack.conftest import rig_settings
+
+    backend = OpenStackBackend.from_settings(
+        rig_settings(openstack_env, backend_timeout_seconds=1.0)
+    )
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()
+        began = time.monotonic()
+        with pytest.raises(Exception, match="(?i)timed? ?out"):
+            backend.conn.compute.get(f"http://127.0.0.1:{hung.getsockname()[1]}/os-services")
+        assert time.monotonic() - began < 10

@@ -76,9 +76,11 @@ def resource_class(reservation_id: str) -> str:
     return "CUSTOM_RESERVATION_" + reservation_id.upper().replace("-", "_")
 
 
-def connect(config: CloudConfig) -> Any:
+def connect(config: CloudConfig, timeout: float | None = None) -> Any:
     """An openstacksdk connection as the service user (credentials as one ``auth`` dict and no
-    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours)."""
+    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours). Each HTTP
+    request gives up after ``timeout`` seconds: a hung Nova must not hold the host monitor, nor
+    pile up abandoned backend threads."""
     import openstack
 
     credentials = config.credentials
@@ -89,6 +91,7 @@ def connect(config: CloudConfig) -> Any:
         interface=credentials.interface or "public",
         load_yaml_config=False,
         load_envvars=False,
+        api_timeout=timeout,
     )
 
 
@@ -110,7 +113,7 @@ class OpenStackBackend(Backend):
         """
         config = CloudConfig.from_settings(settings)
         log_in(config.credentials, settings.backend_timeout_seconds)
-        conn = connect(config)
+        conn = connect(config, settings.backend_timeout_seconds)
         for service in ("compute", "placement"):
             if conn.endpoint_for(service) is None:
                 raise InvalidInput(

@@ -16,6 +16,7 @@ from bench.availability import availability_targets, print_availability, run_ava
 from bench.growth import print_growth, run_growth
 from bench.instances import print_instances, run_instances
 from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixed
+from bench.openstack import openstack_targets, print_openstack, run_openstack
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
 from bench.scale import print_scale, run_scale, scale_targets
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
             "availability",
             "instances",
             "mixed",
+            "openstack",
             "all",
         ],
         default="all",
@@ -452,6 +454,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_breakdown(mixed["profile"])
         targets += mixed_targets(mixed)
         results["scenarios"]["mixed"] = mixed
+    if args.scenario == "openstack":  # not part of "all": needs the OpenStack rig running
+        found = run_openstack()
+        print_openstack(found)
+        targets += openstack_targets(found)
+        results["scenarios"]["openstack"] = found
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +127,7 @@ def climate_server(
     keep: bool = False,
     prepare: Callable[[str], None] | None = None,
     api_workers: int = 0,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[RunningServer]:
     """Start ``climate serve`` (API + manager) on a fresh database; stop it and clean up after.
 
@@ -134,7 +135,8 @@ def climate_server(
     database on the server behind ``pg_admin_url``). With ``keep`` the temporary dir survives.
     ``prepare`` gets the database URL before the server starts (to seed it). With
     ``api_workers`` N > 0 it starts ``climate api --workers N`` instead: N API processes and no
-    manager, on a database migrated beforehand.
+    manager, on a database migrated beforehand. ``extra_env`` is added to the server's
+    environment (settings as ``CLIMATE_*`` variables, a cloud's ``OS_*``).
     """
     data_dir = Path(tempfile.mkdtemp(prefix="climate-bench-"))
     log_path = data_dir / "server.log"
@@ -158,7 +160,10 @@ def climate_server(
                 _migrate(database_url)
             log = stack.enter_context(log_path.open("wb"))
             proc = subprocess.Popen(
-                args, env=_server_env(data_dir), stdout=log, stderr=subprocess.STDOUT
+                args,
+                env={**_server_env(data_dir), **(extra_env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
             stack.callback(_stop, proc)
             base_url = f"http://127.0.0.1:{port}"

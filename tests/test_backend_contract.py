@@ -26,6 +26,7 @@ from climate.backends.base import (
     Inspected,
     Migrate,
     Migration,
+    Replace,
     Start,
     StartManual,
     Timeboxed,
@@ -35,7 +36,7 @@ from climate.backends.base import (
 from climate.backends.faulty import FaultyBackend
 from climate.backends.standalone import StandaloneBackend
 from climate.domain.status import EndPolicy, StartPolicy
-from tests.openstack.conftest import empty_freepool, rig_settings
+from tests.openstack.conftest import aggregate, empty_freepool, rig_settings
 from tests.openstack.conftest import openstack_env as openstack_env  # the rig fixture
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -170,3 +171,21 @@ def test_withdraw_is_idempotent(backend: Backend) -> None:
     assert isinstance(backend.handle([Enrol("physical:host", "compute1")])[0], Inspected)
     for _ in range(2):
         ok(backend.handle([Withdraw("physical:host", "compute1")])[0])
+
+
+def test_replace_swaps_a_host_of_a_started_reservation(backend: Backend) -> None:
+    h = host_handover()
+    ok(backend.handle([Start((h,))])[0])
+    both = {"2": "compute2", "3": "compute3"}
+    swap = Replace(replace(h, resource_ids=("2",), hosts=both), old_host="3", new_host="2")
+    for _ in range(2):  # a retried replace is a no-op
+        ok(backend.handle([swap])[0])
+    if backend.name == "openstack":
+        conn = backend.conn  # type: ignore[attr-defined]
+        assert aggregate(conn, h.reservation_id).hosts == ["compute2"]
+        assert "compute3" in aggregate(conn, backend.config.freepool_name).hosts  # type: ignore[attr-defined]
+    lost = Replace(replace(h, resource_ids=(), hosts=both), old_host="2", new_host=None)
+    ok(backend.handle([lost])[0])  # no spare: the reservation goes on without the host
+    if backend.name == "openstack":
+        assert not aggregate(conn, h.reservation_id).hosts
+    ok(backend.handle([End((replace(h, resource_ids=(), hosts={}),))])[0])

@@ -89,6 +89,14 @@ class Settings(BaseSettings):
     """A host that went down less than this long ago is not used to heal reservations (a
     flapping host pulls none back and forth); the manager also looks this often for
     reservations still to heal (docs/healing.md)."""
+    nova_poll_seconds: Seconds = 5.0
+    """How often the manager asks the backend (Nova's os-services) which hosts are down,
+    forced down or disabled (manager/monitor.py); Blazar's ``polling_interval`` is 60 s."""
+    nova_transport_url: str = ""
+    """oslo.messaging transport on which Nova publishes versioned notifications (Nova's
+    ``[oslo_messaging_notifications] driver = messagingv2``): each ``service.update`` of a
+    compute makes the monitor look at once. Empty: polling only."""
+    nova_notification_topic: str = "versioned_notifications"
     heal_horizon_seconds: float = Field(3600.0, ge=0)
     """Reservations on a failed host that start within this long are healed at once, later ones
     when they come this close (0: all at once); Blazar's ``healing_interval``."""

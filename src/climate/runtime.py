@@ -16,6 +16,7 @@ from climate.db.engine import Database
 from climate.domain.clock import Clock, SystemClock
 from climate.errors import ClimateError
 from climate.manager.liveness import Heartbeat, SoleManager, start_liveness
+from climate.manager.monitor import HostMonitor
 from climate.manager.service import Manager
 from climate.manager.wakeup import WakeWatcher
 from climate.notify.delivery import Deliverer
@@ -58,6 +59,8 @@ class Workers:
     deliverer: Deliverer
     watcher: WakeWatcher | None = None
     liveness: Heartbeat | SoleManager | None = None
+    monitor: HostMonitor | None = None
+    """Run when the backend watches host health (openstack: Nova's compute services)."""
     started: bool = field(default=False)
 
     def wake(self, earliest: dt.datetime | None = None) -> None:
@@ -73,11 +76,15 @@ class Workers:
             self.watcher.start()
         self.manager.start()
         self.deliverer.start()
+        if self.monitor is not None:
+            self.monitor.start()
         self.started = True
 
     def stop(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
+        if self.monitor is not None:
+            self.monitor.stop()
         self.manager.stop()
         self.deliverer.stop()
         if self.liveness is not None:
@@ -85,7 +92,10 @@ class Workers:
 
 
 def build_workers(ctx: ServiceContext) -> Workers:
-    workers = Workers(Manager(ctx, load_backend(ctx.settings)), Deliverer(ctx))
+    manager = Manager(ctx, load_backend(ctx.settings))
+    backend = manager.handlers.backend
+    monitor = HostMonitor(ctx, backend) if backend.inner.watches_hosts else None
+    workers = Workers(manager, Deliverer(ctx), monitor=monitor)
     ctx.wake_manager = workers.wake
     return workers
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -183,6 +183,15 @@ Outcome = BaseException | None
 """Per event of a manager batch: None when it succeeded, else why it failed."""
 
 
+@dataclass(frozen=True)
+class HostState:
+    """How the world sees a host's compute service: ``up`` False when it is down, forced
+    down or disabled, with ``reason`` saying which."""
+
+    up: bool
+    reason: str | None = None
+
+
 class UnknownResource(LookupError):
     """``Enrol`` of a resource the world does not know (the API answers 404)."""
 
@@ -210,6 +219,22 @@ class Backend(abc.ABC):
     can_migrate: bool = False
     """Whether ``Migrate`` moves running workloads: best-effort leases reclaim hosts
     (docs/lease-types.md) only through a backend that can."""
+
+    watches_hosts: bool = False
+    """Whether ``host_states`` reports the world's view of host health: the manager then runs
+    a host monitor (manager/monitor.py) that marks hosts down and up as the world says."""
+
+    def host_states(self) -> Mapping[str, HostState]:
+        """Host (service) name -> its state, for every host the world knows; only called when
+        ``watches_hosts``."""
+        raise NotImplementedError(f"backend {self.name} does not watch hosts")
+
+    def on_host_change(self, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``wake`` whenever the world says a host's state may have changed (openstack:
+        Nova's ``service.update`` notifications), from a thread of the backend's own. Returns
+        how to stop listening, or None when the backend hears nothing (the monitor then only
+        polls)."""
+        return None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from climate.backends.base import (
@@ -38,6 +39,7 @@ from climate.backends.base import (
     End,
     Enrol,
     Handover,
+    HostState,
     Inspected,
     Migrate,
     Migration,
@@ -62,6 +64,8 @@ RESERVATION_PREFIX = "reservation"
 FLAVOR_EXTRA_SPEC = "aggregate_instance_extra_specs:reservation"
 HYPERVISOR_MICROVERSION = "2.87"
 """The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
+SERVICES_MICROVERSION = "2.53"
+"""os-services with ``forced_down`` and service UUIDs."""
 PLACEMENT_MICROVERSION = "1.29"
 SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
 STOPPED = frozenset({"SHUTOFF"})
@@ -72,9 +76,11 @@ def resource_class(reservation_id: str) -> str:
     return "CUSTOM_RESERVATION_" + reservation_id.upper().replace("-", "_")
 
 
-def connect(config: CloudConfig) -> Any:
+def connect(config: CloudConfig, timeout: float | None = None) -> Any:
     """An openstacksdk connection as the service user (credentials as one ``auth`` dict and no
-    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours)."""
+    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours). Each HTTP
+    request gives up after ``timeout`` seconds: a hung Nova must not hold the host monitor, nor
+    pile up abandoned backend threads."""
     import openstack
 
     credentials = config.credentials
@@ -85,12 +91,14 @@ def connect(config: CloudConfig) -> Any:
         interface=credentials.interface or "public",
         load_yaml_config=False,
         load_envvars=False,
+        api_timeout=timeout,
     )
 
 
 class OpenStackBackend(Backend):
     name = "openstack"
     can_migrate = True
+    watches_hosts = True
 
     def __init__(self, conn: Any, config: CloudConfig) -> None:
         self.conn = conn
@@ -105,7 +113,7 @@ class OpenStackBackend(Backend):
         """
         config = CloudConfig.from_settings(settings)
         log_in(config.credentials, settings.backend_timeout_seconds)
-        conn = connect(config)
+        conn = connect(config, settings.backend_timeout_seconds)
         for service in ("compute", "placement"):
             if conn.endpoint_for(service) is None:
                 raise InvalidInput(
@@ -165,6 +173,65 @@ class OpenStackBackend(Backend):
             self._replace(action)
             return Done()
         return self._enrol(action)
+
+    # -- host health ---------------------------------------------------------------------------
+
+    def host_states(self) -> Mapping[str, HostState]:
+        """Each nova-compute service's host: down when Nova reports it down (no heartbeat for
+        ``service_down_time``), forced down, or disabled (Blazar's ``poll`` takes the same
+        three as failures)."""
+        response = self.conn.compute.get(
+            "/os-services?binary=nova-compute", microversion=SERVICES_MICROVERSION
+        )
+        response.raise_for_status()
+        states: dict[str, HostState] = {}
+        for service in response.json()["services"]:
+            states[str(service["host"])] = _service_state(service)
+        return states
+
+    def on_host_change(self, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Listen (oslo.messaging, pool ``climate``) for Nova's versioned ``service.update``
+        notifications of nova-compute services on ``nova_transport_url``; each calls ``wake``
+        (the monitor then reads os-services, which stays the one source of truth)."""
+        if not self.config.nova_transport_url:
+            return None
+        with warnings.catch_warnings():
+            # oslo.messaging imports eventlet and oslo.utils' eventletutils, both deprecated
+            # (and unused with the threading executor); their import-time warnings are noise.
+            warnings.simplefilter("ignore")
+            import oslo_messaging
+            from oslo_config import cfg
+
+        class Endpoint:
+            filter_rule = oslo_messaging.NotificationFilter(event_type=r"^service\.update$")
+
+            def info(
+                self, ctxt: object, publisher: str, event: str, payload: Any, meta: Any
+            ) -> None:
+                data = payload.get("nova_object.data", {}) if isinstance(payload, dict) else {}
+                if data.get("binary", "nova-compute") == "nova-compute":
+                    LOG.info("nova: service.update of %s", data.get("host"))
+                    wake()
+
+        transport = oslo_messaging.get_notification_transport(
+            cfg.ConfigOpts(), url=self.config.nova_transport_url
+        )
+        listener = oslo_messaging.get_notification_listener(
+            transport,
+            # Nova publishes on its own exchange (its control_exchange), not "openstack".
+            [oslo_messaging.Target(exchange="nova", topic=self.config.nova_notification_topic)],
+            [Endpoint()],
+            executor="threading",
+            pool="climate",
+        )
+        listener.start()
+
+        def stop() -> None:
+            listener.stop()
+            listener.wait()
+            transport.cleanup()
+
+        return stop
 
     # -- enrolment ---------------------------------------------------------------------------
 
@@ -607,6 +674,17 @@ def _slots(h: Handover) -> dict[str, int]:
     """Host name -> instance slots of an instance reservation (ids ``<host id>:<n>``)."""
     counts = Counter(r.partition(":")[0] for r in h.resource_ids)
     return {h.hosts[host_id]: n for host_id, n in counts.items() if host_id in h.hosts}
+
+
+def _service_state(service: Mapping[str, Any]) -> HostState:
+    if service.get("forced_down"):
+        return HostState(False, "nova: forced down")
+    if service.get("status") == "disabled":
+        why = "".join(c for c in str(service.get("disabled_reason") or "") if c.isprintable())
+        return HostState(False, f"nova: disabled ({why[:200]})" if why else "nova: disabled")
+    if service.get("state") != "up":
+        return HostState(False, "nova: down")
+    return HostState(True)
 
 
 def _flavor_id(server: Any) -> str | None:

@@ -20,6 +20,9 @@ class CloudConfig:
     project_id_key: str = "blazar:project"
     server_deletion_seconds: float = 20.0
     """How long an end waits for the servers it deleted to be gone from the hosts."""
+    nova_transport_url: str = ""
+    """Where Nova publishes its versioned notifications (oslo.messaging); empty: not heard."""
+    nova_notification_topic: str = "versioned_notifications"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CloudConfig:
@@ -32,4 +35,6 @@ class CloudConfig:
             az_prefix=settings.blazar_az_prefix,
             owner_key=settings.blazar_owner,
             project_id_key=settings.project_id_key,
+            nova_transport_url=settings.nova_transport_url,
+            nova_notification_topic=settings.nova_notification_topic,
         )

@@ -15,6 +15,7 @@ from bench import machine
 from bench.availability import availability_targets, print_availability, run_availability
 from bench.growth import print_growth, run_growth
 from bench.instances import print_instances, run_instances
+from bench.limit import limit_targets, print_limit, run_limit
 from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixed
 from bench.openstack import openstack_targets, print_openstack, run_openstack
 from bench.profiling import read_collapsed, sampled
@@ -45,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
             "instances",
             "mixed",
             "openstack",
+            "limit",
             "all",
         ],
         default="all",
@@ -459,6 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_openstack(found)
         targets += openstack_targets(found)
         results["scenarios"]["openstack"] = found
+    if args.scenario == "limit":  # not part of "all": compares with another server
+        limit = run_limit()
+        print_limit(limit)
+        targets += limit_targets(limit)
+        results["scenarios"]["limit"] = limit
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

@@ -1,0 +1,28 @@
+"""The ``limit`` benchmark (bench/limit.py): the floor app and Climate side by side, in a short
+real run. Nothing is timed; the figures must exist and count every request."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from bench.limit import LimitConfig, cpu_seconds, limit_targets, run_limit
+
+
+def test_cpu_seconds_counts_this_process() -> None:
+    before = cpu_seconds(os.getpid())
+    sum(i * i for i in range(2_000_000))
+    assert cpu_seconds(os.getpid()) > before
+
+
+@pytest.mark.slow
+def test_a_short_limit_run_measures_both_servers_on_the_same_requests() -> None:
+    result = run_limit(LimitConfig(requests=30, batch=10, warmup=5, hosts=5))
+
+    for side in ("floor", "climate"):
+        assert result[side]["codes"] == {201: 30}
+        assert result[side]["latency_ms"]["count"] == 30
+        assert result[side]["cpu_ms_per_request"] > 0
+    targets = limit_targets(result)
+    assert [t.unit for t in targets] == ["x", "x"]
+    assert all(t.measured is not None and t.measured > 0 for t in targets)

@@ -100,6 +100,16 @@ class Settings(BaseSettings):
     heal_horizon_seconds: float = Field(3600.0, ge=0)
     """Reservations on a failed host that start within this long are healed at once, later ones
     when they come this close (0: all at once); Blazar's ``healing_interval``."""
+    power_policy: Literal["off", "report", "act"] = "off"
+    """Hosts with no allocation within ``power_idle_hours``: ``report`` lists them
+    (``GET /v1/power``), ``act`` also powers them down through the backend and wakes them
+    ``power_wake_lead_seconds`` ahead of their next lease (docs/power.md)."""
+    power_idle_hours: float = Field(4.0, gt=0, le=24 * 366)
+    power_wake_lead_seconds: float = Field(600.0, ge=0)
+    power_interval_seconds: float = Field(60.0, gt=0)
+    """How often the manager looks for hosts to power down or wake."""
+    power_host_watts: float = Field(300.0, ge=0)
+    """What an idle host draws while on: the savings report's kWh."""
     hold_max_seconds: int = Field(86_400, ge=1)
     flavors: str = (
         "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"
@@ -172,6 +182,18 @@ class Settings(BaseSettings):
         if heartbeat is not None and seconds < 2 * heartbeat:
             raise ValueError(
                 f"must be at least twice manager_heartbeat_seconds ({heartbeat:g}), not {seconds:g}"
+            )
+        return seconds
+
+    @field_validator("power_interval_seconds")
+    @classmethod
+    def _power_wakes_in_time(cls, seconds: float, info: ValidationInfo) -> float:
+        idle, lead = info.data.get("power_idle_hours"), info.data.get("power_wake_lead_seconds")
+        if idle is not None and lead is not None and idle * 3600.0 <= lead + seconds:
+            # A host powered down would have to wake before the next look at it.
+            raise ValueError(
+                f"power_idle_hours ({idle:g} h) must be longer than power_wake_lead_seconds "
+                f"({lead:g}) plus power_interval_seconds ({seconds:g})"
             )
         return seconds
 

@@ -24,6 +24,7 @@ from climate.api import (
     leases,
     openapi,
     operations,
+    power,
     reservations,
     series,
     templates,
@@ -42,6 +43,7 @@ from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
 from climate.services.leases import LeaseService
+from climate.services.power import PowerService
 from climate.services.reservation_actions import ReservationActionService
 from climate.services.series import SeriesService
 from climate.services.tokens import TokenService
@@ -121,6 +123,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         volume_pools=VolumePoolService(ctx),
         instances=InstanceAllocationService(ctx),
         healing=HealingService(ctx, timeboxed),
+        power=PowerService(ctx, timeboxed),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)
@@ -138,6 +141,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         app.include_router(items.item_router(kind))
     app.include_router(items.pools)
     app.include_router(instances.router)
+    app.include_router(power.router)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)

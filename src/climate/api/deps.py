@@ -20,6 +20,7 @@ from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
 from climate.services.leases import LeaseService
+from climate.services.power import PowerService
 from climate.services.tokens import TokenService
 from climate.services.volume_pools import VolumePoolService
 
@@ -36,6 +37,7 @@ class Services:
     volume_pools: VolumePoolService
     instances: InstanceAllocationService
     healing: HealingService
+    power: PowerService
     max_body_bytes: int
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
+from climate.api.schemas.power import PowerAnswer
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -1255,7 +1256,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 }
 
 SCHEMAS.update(ITEM_SCHEMAS)
-SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic))
+SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1300,6 +1301,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     "leases": _wrapped("leases", {"type": "array", "items": _ref("Lease")}),
     "host": _wrapped("host", _ref("Host")),
     "host_health": _ref("HostHealthPublic"),
+    "power": _ref("PowerAnswer"),
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
     "allocation": _wrapped("allocation", _ref("HostAllocation")),
     "allocations": _wrapped("allocations", {"type": "array", "items": _ref("HostAllocation")}),
@@ -1458,6 +1460,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}, "HostUpdate"),
     ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
+    ("GET", "/v1/power"): Operation((200, "power"), _V1),
     ("PUT", "/v1/os-hosts/{host_id}/health"): Operation(
         (200, "host_health"), _ONE | {413}, "HostHealthUpdate"
     ),

@@ -141,7 +141,39 @@ class Replace:
     new_host: str | None
 
 
-Action = Start | BeforeEnd | End | StartManual | Acknowledge | Migrate | Enrol | Withdraw | Replace
+@dataclass(frozen=True)
+class PowerOff:
+    """The power policy found a host with nothing allocated for a while: stop offering it and
+    power it down where the world can (openstack: its nova-compute service disabled with
+    ``reason``). Ids and names as in ``Handover.hosts``."""
+
+    host_id: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PowerOn:
+    """Wake a host ``PowerOff`` powered down, ahead of its next lease: a failure is a failed
+    host (services/power.py marks it down, healing moves its reservations)."""
+
+    host_id: str
+    name: str
+
+
+Action = (
+    Start
+    | BeforeEnd
+    | End
+    | StartManual
+    | Acknowledge
+    | Migrate
+    | Enrol
+    | Withdraw
+    | Replace
+    | PowerOff
+    | PowerOn
+)
 
 ACTION_NAMES: dict[type[Action], str] = {
     Start: "start",
@@ -153,6 +185,8 @@ ACTION_NAMES: dict[type[Action], str] = {
     Enrol: "enrol",
     Withdraw: "withdraw",
     Replace: "replace",
+    PowerOff: "power_off",
+    PowerOn: "power_on",
 }
 
 

@@ -437,3 +437,18 @@ class AuditLog(Base):
     target_type: Mapped[str] = mapped_column(Text)
     target_id: Mapped[str] = mapped_column(Text)
     detail: Mapped[str | None] = mapped_column(Text)
+
+
+class HostPower(Base):
+    """Host ``host_id`` was powered down from ``off_at`` until ``on_at`` (None: it still is),
+    by the power policy (services/power.py)."""
+
+    __tablename__ = "host_power"
+    __table_args__ = (
+        Index("ix_host_power_host", "host_id", "on_at"),
+        Index("ix_host_power_off", "off_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    off_at: Mapped[dt.datetime]
+    on_at: Mapped[dt.datetime | None] = mapped_column(default=None)

@@ -45,6 +45,7 @@ from climate.domain.status import (
 from climate.notify import enqueue_lease, enqueue_leases
 from climate.services import backend_records
 from climate.services.context import ServiceContext
+from climate.services.power import PowerService
 
 LOG = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ class EventHandlers:
         written (the caller rolls it back and applies the steps one by one)."""
         todo: list[Step | BaseException] = list(steps)
         self._release(session, todo, now)
-        self._backend(session, kind, todo)
+        self._backend(session, kind, todo, now)
         self._write(session, kind, [s for s in todo if isinstance(s, Step)], now, finish)
         return [s if isinstance(s, BaseException) else None for s in todo]
 
@@ -260,12 +261,15 @@ class EventHandlers:
                 steps[i] = exc
 
     def _backend(
-        self, session: Session, kind: EventType, steps: list[Step | BaseException]
+        self, session: Session, kind: EventType, steps: list[Step | BaseException], now: dt.datetime
     ) -> None:
         """One backend call for the segment (an action per event), then the records of the
         actions it did, in bulk: a failed write fails the segment, which is rerun one event at a
         time."""
         busy = [(i, s) for i, s in enumerate(steps) if isinstance(s, Step) and s.handovers]
+        if kind is EventType.START_LEASE and busy:
+            self._wake_hosts(session, busy, steps, now)
+            busy = [(i, s) for i, s in busy if steps[i] is s]
         if not busy:
             return
         actions: list[Action]
@@ -294,6 +298,36 @@ class EventHandlers:
             backend_records.started(session, handovers)
         elif kind is EventType.END_LEASE:
             backend_records.ended(session, handovers)
+
+    def _wake_hosts(
+        self,
+        session: Session,
+        busy: list[tuple[int, Step]],
+        steps: list[Step | BaseException],
+        now: dt.datetime,
+    ) -> None:
+        """No lease starts on a host the power policy powered down: wake such hosts first; a
+        start whose host did not wake fails (and is retried) instead."""
+        hosts = {
+            int(host_id): name
+            for _, step in busy
+            for handover in step.handovers
+            for host_id, name in handover.hosts.items()
+            if host_id.isdigit()
+        }
+        failed = PowerService(self.ctx, self.backend).wake_for_start(session, hosts, now)
+        for i, step in busy:
+            asleep = sorted(
+                {h for handover in step.handovers for h in handover.hosts if h.isdigit()}
+                & {str(h) for h in failed}
+            )
+            if asleep:
+                steps[i] = RuntimeError(
+                    "host(s) "
+                    + ", ".join(asleep)
+                    + " did not wake from power saving: "
+                    + "; ".join(str(failed[int(h)]) for h in asleep)
+                )
 
     def _write(
         self, session: Session, kind: EventType, done: list[Step], now: dt.datetime, finish: Finish

@@ -47,6 +47,7 @@ from climate.manager.handlers import (
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.leases import LeaseService
+from climate.services.power import PowerService
 from climate.services.reclaim import ReclaimService
 
 LOG = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ class Manager:
         self._freed = False
         """Leases ended since the queue was last served."""
         self._next_heal = 0.0
+        self._next_power = 0.0
+        """When (monotonic) the power policy looks at the hosts next (services/power.py)."""
         """When (monotonic) to look for reservations to heal next (services/healing.py)."""
         self._healing = False
         """Hosts are down or leases degraded: the manager looks again every heal period."""
@@ -479,6 +482,18 @@ class Manager:
         self._next_heal = time.monotonic() + self.ctx.settings.queue_poll_seconds
         self._healing = HealingService(self.ctx, self.handlers.backend).heal_due()
 
+    # -- the power policy --------------------------------------------------------------------
+
+    def power(self) -> float:
+        """Every ``power_interval_seconds``, power idle hosts down and wake those whose lease
+        comes near (with the policy off, a pass only wakes hosts left powered down); returns
+        the seconds until the next pass."""
+        interval = self.ctx.settings.power_interval_seconds
+        if time.monotonic() >= self._next_power:
+            self._next_power = time.monotonic() + interval
+            PowerService(self.ctx, self.handlers.backend).run()
+        return max(self._next_power - time.monotonic(), 0.0)
+
     # -- the loop ----------------------------------------------------------------------------
 
     def seconds_until_next(self) -> float:
@@ -557,7 +572,10 @@ class Manager:
             try:
                 self.run_due()
                 self.heal()
+                until_power = self.power()
                 wait = 0.0 if self.serve_queue() else self._sleep_or_prepare()
+                if self.ctx.settings.power_policy == "act":
+                    wait = min(wait, until_power)
             except Exception:
                 LOG.exception("manager pass failed; retrying in 1 s")
                 wait = 1.0

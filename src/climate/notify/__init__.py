@@ -37,6 +37,17 @@ def enqueue_lease(
     enqueue_leases(session, settings, [(topic, lease, event_type)], now)
 
 
+def enqueue_host(
+    settings: Settings, session: Session, topic: str, payload: dict[str, object], now: dt.datetime
+) -> None:
+    """Queue a host's ``topic`` (host.power_off, ...) to every webhook (the bus carries only
+    Blazar's lease notifications)."""
+    webhooks = [s for s in settings.notification_sinks if not s.startswith(bus.BUS_PREFIX)]
+    if webhooks:
+        body = {"event": topic, "sent_at": wire.stamp(now), "host": payload}
+        outbox.enqueue(session, webhooks, topic, body, now)
+
+
 def enqueue_leases(
     session: Session,
     settings: Settings,

@@ -29,6 +29,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
+from urllib.parse import quote
 
 from climate.backends.base import (
     Acknowledge,
@@ -43,6 +44,8 @@ from climate.backends.base import (
     Inspected,
     Migrate,
     Migration,
+    PowerOff,
+    PowerOn,
     Replace,
     Result,
     Start,
@@ -66,6 +69,9 @@ HYPERVISOR_MICROVERSION = "2.87"
 """The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
 SERVICES_MICROVERSION = "2.53"
 """os-services with ``forced_down`` and service UUIDs."""
+POWER_REASON = "climate power policy"
+"""The start of the ``disabled_reason`` of a compute service the power policy disabled: the host
+monitor takes such a host as asleep, not failed."""
 PLACEMENT_MICROVERSION = "1.29"
 SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
 STOPPED = frozenset({"SHUTOFF"})
@@ -172,6 +178,12 @@ class OpenStackBackend(Backend):
         if isinstance(action, Replace):
             self._replace(action)
             return Done()
+        if isinstance(action, PowerOff):
+            self._compute_service(action.name, f"{POWER_REASON}: {action.reason}")
+            return Done()
+        if isinstance(action, PowerOn):
+            self._compute_service(action.name, None)
+            return Done()
         return self._enrol(action)
 
     # -- host health ---------------------------------------------------------------------------
@@ -188,6 +200,26 @@ class OpenStackBackend(Backend):
         for service in response.json()["services"]:
             states[str(service["host"])] = _service_state(service)
         return states
+
+    def _compute_service(self, host: str, disabled_reason: str | None) -> None:
+        """Disable (with the reason) or enable the nova-compute service of ``host``."""
+        response = self.conn.compute.get(
+            f"/os-services?binary=nova-compute&host={quote(host)}",
+            microversion=SERVICES_MICROVERSION,
+        )
+        response.raise_for_status()
+        services = response.json()["services"]
+        if not services:
+            raise UnknownResource(f"no nova-compute service on host {host!r}")
+        body = (
+            {"status": "enabled"}
+            if disabled_reason is None
+            else {"status": "disabled", "disabled_reason": disabled_reason}
+        )
+        response = self.conn.compute.put(
+            f"/os-services/{services[0]['id']}", json=body, microversion=SERVICES_MICROVERSION
+        )
+        response.raise_for_status()
 
     def on_host_change(self, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Listen (oslo.messaging, pool ``climate``) for Nova's versioned ``service.update``
@@ -677,6 +709,10 @@ def _slots(h: Handover) -> dict[str, int]:
 
 
 def _service_state(service: Mapping[str, Any]) -> HostState:
+    if service.get("status") == "disabled" and str(service.get("disabled_reason") or "").startswith(
+        POWER_REASON
+    ):
+        return HostState(True)  # asleep by the power policy, whatever its heartbeat says
     if service.get("forced_down"):
         return HostState(False, "nova: forced down")
     if service.get("status") == "disabled":

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from climate.cli.http import ApiClient, add_client_options, connect
-from climate.cli.output import console, emit, printable, show_date, table
+from climate.cli.output import console, emit, printable, rich_table, show_date
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 SEVERAL = "*"
@@ -248,7 +248,7 @@ def calendar_command(args: argparse.Namespace) -> None:
         out.print(Text("no resources to show"))
     if leases:
         legend = [{"mark": mark[lease["id"]], **lease} for lease in leases]
-        print(table(legend, LEGEND_COLUMNS))
+        out.print(rich_table(legend, LEGEND_COLUMNS))
     notes = f"{SEVERAL}: several leases; {FREE}: free"
     if per_slot >= 3:
         notes += f"; {BOUNDARY}: free, start of a {unit}"

@@ -45,6 +45,10 @@ def seed(url: tuple[str, ...]) -> dict[str, Any]:
     return {"alpha": alpha, "beta": beta}
 
 
+def _utc(wire: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(wire).replace(tzinfo=dt.UTC)
+
+
 def grid(shown: str, resource: str) -> str:
     """The chart's cells of one row (between the label column and the right border)."""
     lines = shown.splitlines()
@@ -76,8 +80,9 @@ def test_calendar_puts_each_lease_in_its_columns(live_sqlite: LiveServer) -> Non
         if line[:2] == "| " and line[2] != " " and line[3] == " "
     }
     assert legend.keys() == {"A", "B"}, shown
-    assert "| alpha " in legend["A"] and leases["alpha"]["id"][:8] in legend["A"]
-    assert "| beta " in legend["B"] and leases["beta"]["id"][:8] in legend["B"]
+    for name, mark in (("alpha", "A"), ("beta", "B")):
+        assert f"| {name} " in legend[mark] and leases[name]["id"][:8] in legend[mark]
+        assert f"| PENDING | {fmt(_utc(leases[name]['start_date']))} |" in legend[mark]
     assert DAY0.strftime("%a %m-%d") in shown
 
     # Hours: day 2 from 12:00, one column an hour; beta starts half way.

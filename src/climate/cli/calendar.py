@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from climate.cli.http import ApiClient, add_client_options, connect
-from climate.cli.output import console, emit, printable, rich_table, show_date
+from climate.cli.output import cell, console, emit, printable, show_date
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 SEVERAL = "*"
@@ -26,7 +26,7 @@ OTHERS = "#"
 FREE, BOUNDARY = ".", "|"
 """A free cell; a free cell that starts a day (an hour)."""
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
-LEGEND_COLUMNS = ["mark", "name", "id", "project_id", "status", "start_date", "end_date"]
+LEGEND_COLUMNS = ["mark", "name", "status", "start_date", "end_date", "project_id", "id"]
 
 
 @dataclass(frozen=True)
@@ -247,12 +247,25 @@ def calendar_command(args: argparse.Namespace) -> None:
     if not rows:
         out.print(Text("no resources to show"))
     if leases:
-        legend = [{"mark": mark[lease["id"]], **lease} for lease in leases]
-        out.print(rich_table(legend, LEGEND_COLUMNS))
+        out.print(_legend(leases, mark, by_mark))
     notes = f"{SEVERAL}: several leases; {FREE}: free"
     if per_slot >= 3:
-        notes += f"; {BOUNDARY}: free, start of a {unit}"
+        notes += f"; {BOUNDARY}: free, start of {'an hour' if args.hours else 'a day'}"
     out.print(Text(notes))
+
+
+def _legend(leases: list[dict[str, Any]], mark: dict[str, str], colour: dict[str, str]) -> Table:
+    """Each lease's mark and what it is; only names and ids fold to fit the width."""
+    legend = Table(box=box.ASCII, header_style="bold")
+    for column in LEGEND_COLUMNS:
+        folds = column in ("name", "id")
+        legend.add_column(column, no_wrap=not folds, overflow="fold" if folds else "ellipsis")
+    for lease in leases:
+        shown = mark[lease["id"]]
+        cells = [Text(shown, style=colour.get(shown, ""))]
+        cells += [Text(cell(lease.get(column))) for column in LEGEND_COLUMNS[1:]]
+        legend.add_row(*cells)
+    return legend
 
 
 def _data(

@@ -87,7 +87,8 @@ def show_date(text: str) -> str:
     return shown
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
+    """A value as a table shows it."""
     if value is None:
         return ""
     if isinstance(value, dict | list):
@@ -116,7 +117,7 @@ def rich_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Tab
     for column in columns:
         shown.add_column(column, overflow="fold")
     for row in rows:
-        shown.add_row(*(Text(_cell(row.get(c))) for c in columns))
+        shown.add_row(*(Text(cell(row.get(c))) for c in columns))
     return shown
 
 

@@ -5,6 +5,7 @@ failure (exit status 1)."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,9 @@ def phase(lease: dict[str, Any]) -> str:
     """Where a lease is, for people."""
     status = lease["status"]
     if status == "PENDING":
+        start = dt.datetime.fromisoformat(lease["start_date"]).replace(tzinfo=dt.UTC)
+        if start <= dt.datetime.now(dt.UTC):
+            return "waiting: due now, the manager starts it"
         return f"waiting: starts at {show_date(lease['start_date'])} UTC"
     if status == "IN_PROGRESS":
         place = lease.get("queue_position")

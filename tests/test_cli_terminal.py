@@ -304,3 +304,28 @@ def test_every_subcommand_has_help_and_output_formats(capsys: pytest.CaptureFixt
         assert parser.description and parser.description.split()[0] in shown
     shown = run("lease", "create", "--help").stdout
     assert "--wait-timeout SECONDS" in shown and "-f {table,json,yaml}" in shown
+
+
+def test_yaml_and_the_calendar_escape_control_characters_the_server_sends(
+    live_sqlite: LiveServer,
+) -> None:
+    """A lease and a host named before names were checked (written to the database as they
+    were then): YAML and the calendar show them escaped, never raw."""
+    from climate.db.tables import Host, Lease
+
+    url = ("--url", live_sqlite.url)
+    seed(url)
+    named = "x\u001b]0;pwn\u0007\u009b2J"
+    with live_sqlite.ctx.db.transaction() as session:
+        lease = session.query(Lease).filter_by(name="alpha").one()
+        lease.name = named
+        host = session.query(Host).filter_by(hypervisor_hostname="h-a").one()
+        host.hypervisor_hostname = named
+    window = ("--start", DAY0.strftime("%Y-%m-%d"), "--days", "7", "--width", "120", *url)
+    printed = [run("lease", "list", "-f", "yaml", *url), run("calendar", *window)]
+    for done in printed:
+        for control in ("\u001b", "\u0007", "\u009b"):
+            assert control not in done.stdout + done.stderr, done.stdout
+    assert yaml.safe_load(printed[0].stdout)[0]["name"] in (named, "beta")
+    assert "| host x\\x1b]0;pwn\\x07\\x9b2J " in printed[1].stdout
+    assert "| x\\x1b]0;pwn\\x07\\x9b2J " in printed[1].stdout  # the legend

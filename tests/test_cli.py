@@ -25,17 +25,26 @@ CLIMATE = str(Path(sys.executable).with_name("climate"))
 
 
 def _env() -> dict[str, str]:
-    """The caller's environment without settings or proxies that would change what runs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLIMATE_")}
+    """The caller's environment without settings, credentials or proxies that would change what
+    runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLIMATE_", "OS_"))}
     for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
         env.pop(key, None)
     env["NO_PROXY"] = "127.0.0.1,localhost"
     return env
 
 
-def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, ok: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``climate ARGS`` in a clean environment (with ``env`` added)."""
     done = subprocess.run(
-        [CLIMATE, *args], capture_output=True, text=True, env=_env(), timeout=60, check=False
+        [CLIMATE, *args],
+        capture_output=True,
+        text=True,
+        env={**_env(), **(env or {})},
+        timeout=60,
+        check=False,
     )
     if ok:
         assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
@@ -44,8 +53,8 @@ def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def run_json(*args: str) -> Any:
-    return json.loads(run(*args, "--json").stdout)
+def run_json(*args: str, env: dict[str, str] | None = None) -> Any:
+    return json.loads(run(*args, "--json", env=env).stdout)
 
 
 def fmt(when: dt.datetime) -> str:

@@ -262,11 +262,13 @@ def test_availability_search_of_instances_a_floating_ip_and_a_volume(
     assert rows[0].split() == ["|", "start_date", "|", "end_date", "|", "free", "|", "grant",
                                "|", "type", "|"]  # fmt: skip
     cells = [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows[1:]]
+    # Tables show dates in the one format the options take.
+    shown = [fmt(T0 + dt.timedelta(days=2)), fmt(later), fmt(later + dt.timedelta(hours=1))]
     assert cells == [
-        [starts[0], starts[1], "2", "compute-0 x2", "virtual:instance"],
+        [shown[0], shown[1], "2", "compute-0 x2", "virtual:instance"],
         ["", "", "1", "172.24.4.10", "virtual:floatingip"],
         ["", "", "100", "60 GB from pool ssd-1", "virtual:volume"],
-        [starts[1], wire(later + dt.timedelta(hours=1)), "4", "compute-0 x2", "virtual:instance"],
+        [shown[1], shown[2], "4", "compute-0 x2", "virtual:instance"],
         ["", "", "1", "172.24.4.10", "virtual:floatingip"],
         ["", "", "100", "60 GB from pool ssd-1", "virtual:volume"],
     ]
@@ -385,7 +387,7 @@ def test_a_refused_lease_of_any_type_prints_offers_to_paste(live_sqlite: LiveSer
     )
     assert set(offers) == {"later_start"}, refused.stderr
     later = shlex.split(offers["later_start"])
-    assert later[:4] == ["--start", taken["end_date"], "--end", later[3]]
+    assert later[:4] == ["--start", END, "--end", later[3]]
     accepted = lease(url, "late", *later)
     assert [r["resource_type"] for r in accepted["reservations"]] == [
         "virtual:instance",

@@ -3,71 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
-
-from climate.cli.lease_display import counter_offers, show_lease
+from climate.cli.http import HOST, LEASE, ApiClient, add_client_options, connect, find_id, path_of
+from climate.cli.lease_display import show_lease
 from climate.cli.lease_types import add_lease_type_options, lease_type_fields
 from climate.cli.output import (
     describe_capacity,
     describe_grant,
+    emit,
     printable,
     record,
-    render_json,
     table,
 )
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
+from climate.cli.wait import add_wait_options, wait_active
 
-
-class ApiClient:
-    def __init__(self, url: str, token: str | None, project: str | None, roles: str | None) -> None:
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["X-Auth-Token"] = token
-        if project:
-            headers["X-Project-Id"] = project
-            headers["X-Roles"] = roles or "member"
-        self.http = httpx.Client(base_url=url.rstrip("/") + "/v1", headers=headers, timeout=30)
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        try:
-            response = self.http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise SystemExit(f"error: cannot reach {self.http.base_url}: {exc}") from exc
-        if response.status_code >= 400:
-            try:
-                error = response.json()
-                message = printable(str(error.get("error_message", response.text)))
-                message += counter_offers(error)
-            except (ValueError, AttributeError):
-                message = printable(response.text)
-            raise SystemExit(f"error ({response.status_code}): {message}")
-        return response.json() if response.content else None
-
-    def lookup(self, path: str) -> tuple[int, Any]:
-        """``GET path``'s status and body, never failing (for optional details such as names;
-        status 0: no answer)."""
-        try:
-            response = self.http.get(path)
-        except httpx.HTTPError:
-            return 0, None
-        return response.status_code, response.json() if response.status_code == 200 else None
-
-
-def add_client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("CLIMATE_URL", "http://127.0.0.1:1234"))
-    parser.add_argument("--token", default=os.environ.get("CLIMATE_TOKEN"))
-    parser.add_argument(
-        "--project",
-        default=os.environ.get("CLIMATE_PROJECT"),
-        help="act as this project (noauth mode)",
-    )
-    parser.add_argument("--roles", default=os.environ.get("CLIMATE_ROLES"))
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+DATE_HELP = "'YYYY-MM-DD HH:MM[:SS]' in UTC (or ISO 8601 with an offset)"
+HOST_REF = "host id or name"
+LEASE_REF = "lease id or name"
+EXTRA = "a property; repeat it for several"
 
 
 def key_values(pairs: list[str], option: str = "--extra") -> dict[str, str]:
@@ -81,36 +38,39 @@ def key_values(pairs: list[str], option: str = "--extra") -> dict[str, str]:
 
 
 def show(args: argparse.Namespace, data: Any, columns: list[str] | None = None) -> None:
-    if args.json:
-        print(render_json(data))
-    elif columns is not None:
+    """``data`` as ``-f`` asks: a table of ``columns`` (or of one object's fields), JSON, YAML."""
+    if emit(args, data):
+        return
+    if columns is not None:
         print(table(data, columns))
     else:
         print(record(data))
 
 
 def host_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     if args.action == "list":
         hosts = api.call("GET", "/os-hosts")["hosts"]
         show(args, hosts, ["id", "hypervisor_hostname", "vcpus", "memory_mb", "local_gb"])
-    elif args.action == "show":
-        show(args, api.call("GET", f"/os-hosts/{args.host}")["host"])
-    elif args.action == "create":
+        return
+    if args.action == "create":
         body: dict[str, Any] = {"name": args.name, **key_values(args.extra)}
         show(args, api.call("POST", "/os-hosts", body)["host"])
+        return
+    path = path_of(HOST, find_id(api, HOST, args.host))
+    if args.action == "show":
+        show(args, api.call("GET", path)["host"])
     elif args.action == "update":
-        show(args, api.call("PUT", f"/os-hosts/{args.host}", key_values(args.extra))["host"])
+        show(args, api.call("PUT", path, key_values(args.extra))["host"])
     elif args.action == "delete":
-        api.call("DELETE", f"/os-hosts/{args.host}")
-        print(f"Deleted host {args.host}")
+        api.call("DELETE", path)
+        print(f"Deleted host {printable(args.host)}")
     elif args.action in ("down", "up"):
         body = {"health": args.action}
         if args.action == "down" and args.reason is not None:
             body["reason"] = args.reason
-        found = api.call("PUT", f"/os-hosts/{_host_id(api, args.host)}/health", body)
-        if args.json:
-            show(args, found)
+        found = api.call("PUT", f"{path}/health", body)
+        if emit(args, found):
             return
         healed = found.pop("healed")
         show(args, found)
@@ -119,30 +79,25 @@ def host_command(args: argparse.Namespace) -> None:
             show(args, healed, columns)
 
 
-def _host_id(api: ApiClient, ref: str) -> str:
-    """A host's id from its id or its name."""
-    if ref.isascii() and ref.isdigit():
-        return ref
-    for host in api.call("GET", "/os-hosts")["hosts"]:
-        if host["hypervisor_hostname"] == ref:
-            return str(host["id"])
-    raise SystemExit(f"error: no host named {ref!r}")
-
-
 def lease_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     if args.action == "list":
         leases = api.call("GET", "/leases")["leases"]
         columns = ["id", "name", "status", "lease_type", "start_date", "end_date"]
         if any(lease.get("queue_position") is not None for lease in leases):
             columns.append("queue_position")
         show(args, leases, columns)
-    elif args.action == "show":
-        show_lease(args, api, api.call("GET", f"/leases/{args.lease}")["lease"])
-    elif args.action == "create" and args.from_template:
-        _create_from_template(api, args)
-    elif args.action == "create":
-        _create_lease(api, args)
+        return
+    if args.action == "create":
+        if args.from_template:
+            _create_from_template(api, args)
+        else:
+            _create_lease(api, args)
+        return
+    lease_id = find_id(api, LEASE, args.lease)
+    path = path_of(LEASE, lease_id)
+    if args.action == "show":
+        show_lease(args, api, api.call("GET", path)["lease"])
     elif args.action == "update":
         changes: dict[str, Any] = {}
         if args.name:
@@ -151,15 +106,15 @@ def lease_command(args: argparse.Namespace) -> None:
             changes["end_date"] = args.end
         if args.start:
             changes["start_date"] = args.start
-        show_lease(args, api, api.call("PUT", f"/leases/{args.lease}", changes)["lease"])
+        show_lease(args, api, api.call("PUT", path, changes)["lease"])
     elif args.action == "delete":
-        api.call("DELETE", f"/leases/{args.lease}")
-        print(f"Deleted lease {args.lease}")
+        api.call("DELETE", path)
+        print(f"Deleted lease {lease_id}")
     elif args.action in ("retry", "confirm"):
-        show_lease(args, api, api.call("POST", f"/leases/{args.lease}/{args.action}")["lease"])
+        show_lease(args, api, api.call("POST", f"{path}/{args.action}")["lease"])
     elif args.action == "force-end":
         body = {"skip_backend": args.skip_backend}
-        show_lease(args, api, api.call("POST", f"/leases/{args.lease}/force-end", body)["lease"])
+        show_lease(args, api, api.call("POST", f"{path}/force-end", body)["lease"])
 
 
 def _create_lease(api: ApiClient, args: argparse.Namespace) -> None:
@@ -181,10 +136,22 @@ def _create_lease(api: ApiClient, args: argparse.Namespace) -> None:
     else:
         body["start_date"] = args.start
         body["end_date"] = args.end
+    if args.dry_run and args.wait:
+        raise SystemExit("error: --wait and --dry-run cannot be combined")
     answer = api.call("POST", "/leases?dry_run=true" if args.dry_run else "/leases", body)
-    show_lease(args, api, answer["lease"])
-    if args.dry_run and not args.json:
+    _show_created(args, api, answer["lease"])
+    if args.dry_run and args.format == "table":
         print("dry run: nothing was created")
+
+
+def _show_created(args: argparse.Namespace, api: ApiClient, lease: dict[str, Any]) -> None:
+    """A new lease, once ACTIVE with ``--wait``; exits 1 after showing it if it failed."""
+    problem = None
+    if args.wait:
+        lease, problem = wait_active(api, lease, args.wait_timeout)
+    show_lease(args, api, lease)
+    if problem is not None:
+        raise SystemExit(problem)
 
 
 def _create_from_template(api: ApiClient, args: argparse.Namespace) -> None:
@@ -209,12 +176,15 @@ def _create_from_template(api: ApiClient, args: argparse.Namespace) -> None:
     if files:
         body["files"] = files
     answer = api.call("POST", "/leases/from-template", body)
-    if args.json:
-        print(render_json(answer))
-        return
-    show_lease(args, api, answer["lease"])
+    problem = None
+    if args.wait:
+        answer["lease"], problem = wait_active(api, answer["lease"], args.wait_timeout)
+    if not emit(args, answer):
+        show_lease(args, api, answer["lease"])
     for warning in answer["warnings"]:
         print(f"warning: {printable(str(warning))}", file=sys.stderr)
+    if problem is not None:
+        raise SystemExit(problem)
 
 
 def _read(path: str, option: str) -> str:
@@ -226,7 +196,7 @@ def _read(path: str, option: str) -> str:
 
 
 def availability_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     if args.action == "search":
         body = {
             "reservations": requested_reservations(args),
@@ -236,8 +206,7 @@ def availability_command(args: argparse.Namespace) -> None:
             "limit": args.limit,
         }
         windows = api.call("POST", "/availability", body)["windows"]
-        if args.json:
-            print(render_json(windows))
+        if emit(args, windows):
             return
         print(table(_window_rows(windows), ["start_date", "end_date", "free", "grant", "type"]))
     elif args.action == "timeline":
@@ -254,8 +223,7 @@ def availability_command(args: argparse.Namespace) -> None:
         }
         query = urlencode({k: v for k, v in options.items() if v is not None})
         found = api.call("GET", "/availability/timeline?" + query)["timeline"]
-        if args.json:
-            print(render_json(found))
+        if emit(args, found):
             return
         print(printable(describe_capacity(found)))
         shared = any("largest" in b for b in found["buckets"])  # GB or instances, not items
@@ -277,7 +245,7 @@ def _window_rows(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def audit_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     filters = {
         "target_id": args.target_id,
         "action": args.action_name,
@@ -294,48 +262,53 @@ def audit_command(args: argparse.Namespace) -> None:
 def register(sub: Any) -> None:
     host = sub.add_parser("host", help="manage reservable hosts (admin)")
     host_actions = host.add_subparsers(dest="action", required=True)
-    add_client_options(host_actions.add_parser("list"))
-    for action in ("show", "delete"):
-        p = host_actions.add_parser(action)
-        p.add_argument("host", help="host id")
+    add_client_options(host_actions.add_parser("list", help="every host"))
+    for action, text in (("show", "one host with its properties"), ("delete", "remove a host")):
+        p = host_actions.add_parser(action, help=text)
+        p.add_argument("host", help=HOST_REF)
         add_client_options(p)
-    p = host_actions.add_parser("create")
-    p.add_argument("name")
-    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE")
+    p = host_actions.add_parser("create", help="register a host, reservable at once")
+    p.add_argument("name", help="its hypervisor hostname (as Nova names it)")
+    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE", help=EXTRA)
     add_client_options(p)
-    p = host_actions.add_parser("update")
-    p.add_argument("host")
-    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE")
+    p = host_actions.add_parser("update", help="change or add a host's properties")
+    p.add_argument("host", help=HOST_REF)
+    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE", help=EXTRA)
     add_client_options(p)
     p = host_actions.add_parser(
         "down", help="mark a host down: unreservable, its reservations healed (docs/healing.md)"
     )
-    p.add_argument("host", help="host id or name")
+    p.add_argument("host", help=HOST_REF)
     p.add_argument("--reason", help="why it is down")
     add_client_options(p)
     p = host_actions.add_parser("up", help="mark a host back up: reservable again")
-    p.add_argument("host", help="host id or name")
+    p.add_argument("host", help=HOST_REF)
     add_client_options(p)
     host.set_defaults(func=host_command)
 
     lease = sub.add_parser("lease", help="create and manage leases")
     lease_actions = lease.add_subparsers(dest="action", required=True)
-    add_client_options(lease_actions.add_parser("list"))
-    for action in ("show", "delete"):
-        p = lease_actions.add_parser(action)
-        p.add_argument("lease", help="lease id")
+    add_client_options(lease_actions.add_parser("list", help="the leases you may see"))
+    for action, text in (
+        ("show", "one lease with its reservations and events"),
+        ("delete", "delete a lease (ending it first if it is active)"),
+    ):
+        p = lease_actions.add_parser(action, help=text)
+        p.add_argument("lease", help=LEASE_REF)
         add_client_options(p)
-    p = lease_actions.add_parser("create", help="reserve hosts for a window")
-    p.add_argument("name")
-    p.add_argument("--start", default="now", help="'now', 'YYYY-MM-DD HH:MM' (UTC) or ISO 8601")
-    p.add_argument("--end", help="required unless --duration and --latest-end are given")
+    p = lease_actions.add_parser("create", help="reserve hosts or other resources for a window")
+    p.add_argument("name", help="the lease's name (need not be unique)")
+    p.add_argument("--start", default="now", help=f"'now' (the default) or {DATE_HELP}")
+    p.add_argument(
+        "--end", help=f"{DATE_HELP}; required unless --duration and --latest-end are given"
+    )
     p.add_argument(
         "--duration",
         help="a flexible window: this long ('HH:MM', seconds or ISO 8601 like PT2H), at the "
         "earliest start that fits between --earliest-start and --latest-end",
     )
-    p.add_argument("--earliest-start", default="now")
-    p.add_argument("--latest-end")
+    p.add_argument("--earliest-start", default="now", help="with --duration: from this date")
+    p.add_argument("--latest-end", help="with --duration: ending by this date")
     p.add_argument("--dry-run", action="store_true", help="show what would happen; create nothing")
     add_reservation_options(p)
     add_lease_type_options(p)
@@ -354,21 +327,24 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--parameter", action="append", default=[], metavar="KEY=VALUE", help="a template parameter"
     )
+    add_wait_options(p)
     add_client_options(p)
-    p = lease_actions.add_parser("update")
-    p.add_argument("lease")
-    p.add_argument("--name")
-    p.add_argument("--start")
-    p.add_argument("--end")
+    p = lease_actions.add_parser(
+        "update", help="rename a lease, move its start, extend or shrink it"
+    )
+    p.add_argument("lease", help=LEASE_REF)
+    p.add_argument("--name", help="a new name")
+    p.add_argument("--start", help=f"a new start, {DATE_HELP} (a lease not yet started)")
+    p.add_argument("--end", help=f"a new end, {DATE_HELP}")
     add_client_options(p)
     p = lease_actions.add_parser("confirm", help="confirm a held lease: it starts as planned")
-    p.add_argument("lease", help="lease id")
+    p.add_argument("lease", help=LEASE_REF)
     add_client_options(p)
     p = lease_actions.add_parser("retry", help="run a lease's failed events again (admin)")
-    p.add_argument("lease", help="lease id")
+    p.add_argument("lease", help=LEASE_REF)
     add_client_options(p)
     p = lease_actions.add_parser("force-end", help="end a lease now (admin)")
-    p.add_argument("lease", help="lease id")
+    p.add_argument("lease", help=LEASE_REF)
     p.add_argument(
         "--skip-backend",
         action="store_true",
@@ -381,14 +357,14 @@ def register(sub: Any) -> None:
     availability_actions = availability.add_subparsers(dest="action", required=True)
     p = availability_actions.add_parser("search", help="the earliest windows a lease would fit")
     p.add_argument("--duration", required=True, help="'HH:MM' or seconds")
-    p.add_argument("--start", default="now", help="search from ('now' or a date)")
-    p.add_argument("--end", required=True, help="windows end by this date")
+    p.add_argument("--start", default="now", help=f"search from 'now' (the default) or {DATE_HELP}")
+    p.add_argument("--end", required=True, help=f"windows end by this date, {DATE_HELP}")
     add_reservation_options(p)
     p.add_argument("--limit", type=int, default=3, help="windows wanted (at most 20)")
     add_client_options(p)
     p = availability_actions.add_parser("timeline", help="free capacity per bucket of time")
-    p.add_argument("--start", default="now")
-    p.add_argument("--end", required=True)
+    p.add_argument("--start", default="now", help=f"from 'now' (the default) or {DATE_HELP}")
+    p.add_argument("--end", required=True, help=f"up to {DATE_HELP}")
     p.add_argument("--bucket", type=int, default=3600, help="seconds per bucket")
     p.add_argument(
         "--resource-type", help="physical:host (default), virtual:instance, virtual:volume, ..."
@@ -408,10 +384,10 @@ def register(sub: Any) -> None:
     audit = sub.add_parser("audit", help="read the audit log (admin)")
     audit_actions = audit.add_subparsers(dest="action", required=True)
     p = audit_actions.add_parser("list", help="changes, oldest first")
-    p.add_argument("--target-id")
+    p.add_argument("--target-id", help="only the changes of this lease, host...")
     p.add_argument("--action", dest="action_name", help="e.g. lease.create, event.start_lease")
-    p.add_argument("--since", help="'YYYY-MM-DD HH:MM' (UTC) or ISO 8601")
-    p.add_argument("--limit", type=int)
+    p.add_argument("--since", help=DATE_HELP)
+    p.add_argument("--limit", type=int, help="records per page")
     p.add_argument("--marker", help="the id of the last record of the previous page")
     add_client_options(p)
     audit.set_defaults(func=audit_command)

@@ -4,13 +4,17 @@ the resource types other than hosts, and what is reserved of each, over the HTTP
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from climate.cli.client import ApiClient, add_client_options, key_values, show
-from climate.cli.output import render_json, table
+from climate.cli.client import key_values, show
+from climate.cli.http import HOST, ApiClient, Kind, add_client_options, connect, find_id, path_of
+from climate.cli.output import emit, table
+
+_NUMBER = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,13 @@ class Inventory:
     create: Callable[[argparse.Namespace], dict[str, Any]]
     """The create body's own fields, from the command's arguments."""
     list_key: str = ""
+    name_field: str = "name"
+    """The field ``show``, ``update``... find an object by, beside its id."""
+
+    @property
+    def kind(self) -> Kind:
+        list_key = self.list_key or self.path
+        return Kind(self.command, f"/{self.path}", list_key, self.name_field, _NUMBER)
 
     def listed(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = answer[self.list_key or self.path]
@@ -56,6 +67,7 @@ INVENTORIES = (
         "network",
         ("id", "physical_network", "segment_id", "network_type", "reservable"),
         _network,
+        name_field="segment_id",
     ),
     Inventory(
         "floatingip",
@@ -63,6 +75,7 @@ INVENTORIES = (
         "floatingip",
         ("id", "floating_network_id", "floating_ip_address", "reservable"),
         lambda args: {"floating_network_id": args.network, "floating_ip_address": args.address},
+        name_field="floating_ip_address",
     ),
     Inventory(
         "volume-pool",
@@ -104,29 +117,36 @@ def _properties(args: argparse.Namespace) -> dict[str, Any]:
 
 def inventory_command(args: argparse.Namespace) -> None:
     inventory: Inventory = args.inventory
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     base = f"/{inventory.path}"
     if args.action == "list":
         names = {**PAGE, "sort_key": "sort_key", "sort_dir": "sort_dir"}
         found = inventory.listed(api.call("GET", base + _query(args, names)))
         show(args, found, list(inventory.columns))
-    elif args.action == "show":
-        show(args, api.call("GET", f"{base}/{args.id}")[inventory.key])
-    elif args.action == "create":
+        return
+    if args.action == "create":
         body = {**_properties(args), **inventory.create(args)}
         show(args, api.call("POST", base, body)[inventory.key])
+        return
+    if args.action == "allocations" and args.id is None:
+        allocations_command(args, api, f"{base}/allocations", "")
+        return
+    item_id = find_id(api, inventory.kind, args.id)
+    path = path_of(inventory.kind, item_id)
+    if args.action == "show":
+        show(args, api.call("GET", path)[inventory.key])
     elif args.action == "update":
         body = _properties(args)
         if getattr(args, "capacity_gb", None) is not None:
             body["capacity_gb"] = args.capacity_gb
         if not body:
             raise SystemExit("error: nothing to update; give --extra, --unset or --reservable")
-        show(args, api.call("PUT", f"{base}/{args.id}", body)[inventory.key])
+        show(args, api.call("PUT", path, body)[inventory.key])
     elif args.action == "delete":
-        api.call("DELETE", f"{base}/{args.id}")
-        print(f"Deleted {inventory.command} {args.id}")
+        api.call("DELETE", path)
+        print(f"Deleted {inventory.command} {item_id}")
     elif args.action == "allocations":
-        allocations_command(args, api, f"{base}/allocations", f"{base}/{args.id}/allocation")
+        allocations_command(args, api, f"{base}/allocations", f"{path}/allocation")
 
 
 def allocations_command(args: argparse.Namespace, api: ApiClient, many: str, one: str) -> None:
@@ -136,8 +156,7 @@ def allocations_command(args: argparse.Namespace, api: ApiClient, many: str, one
         found = [api.call("GET", one + _query(args, FILTERS))["allocation"]]
     else:
         found = api.call("GET", many + _query(args, {**FILTERS, **PAGE}))["allocations"]
-    if args.json:
-        print(render_json(found[0] if args.id is not None else found))
+    if emit(args, found[0] if args.id is not None else found):
         return
     rows = [
         {"resource_id": a["resource_id"], "reservation_id": r["id"], **r}
@@ -150,15 +169,16 @@ def allocations_command(args: argparse.Namespace, api: ApiClient, many: str, one
 
 
 def instance_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     many = "/instances/allocations"
-    allocations_command(args, api, many, f"{many}/{args.id}")
+    one = "" if args.id is None else f"{many}/{find_id(api, HOST, args.id)}"
+    allocations_command(args, api, many, one)
 
 
-def _allocation_options(p: argparse.ArgumentParser, resource: str) -> None:
-    p.add_argument("id", nargs="?", help=f"only this {resource}'s allocations")
-    p.add_argument("--lease-id")
-    p.add_argument("--reservation-id")
+def _allocation_options(p: argparse.ArgumentParser, resource: str, named: str) -> None:
+    p.add_argument("id", nargs="?", help=f"only this {resource}'s allocations ({named})")
+    p.add_argument("--lease-id", help="only this lease's")
+    p.add_argument("--reservation-id", help="only this reservation's")
     p.add_argument("--start", help="from this date on (default now)")
     p.add_argument("--end", help="up to this date")
     p.add_argument("--limit", type=int, help=f"{resource}s per page")
@@ -167,53 +187,61 @@ def _allocation_options(p: argparse.ArgumentParser, resource: str) -> None:
 
 
 def _property_options(p: argparse.ArgumentParser, *, updating: bool) -> None:
-    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--reservable", choices=("true", "false"))
+    p.add_argument(
+        "--extra", action="append", default=[], metavar="KEY=VALUE", help="a property; repeatable"
+    )
+    p.add_argument("--reservable", choices=("true", "false"), help="whether leases may take it")
     if updating:
-        p.add_argument("--unset", action="append", default=[], metavar="KEY")
+        p.add_argument(
+            "--unset", action="append", default=[], metavar="KEY", help="remove a property"
+        )
     add_client_options(p)
 
 
 def _create_arguments(inventory: Inventory, p: argparse.ArgumentParser) -> None:
     if inventory.command == "network":
         p.add_argument("segment_id", help="e.g. a VLAN id")
-        p.add_argument("--physical-network")
+        p.add_argument("--physical-network", help="e.g. physnet1")
         p.add_argument("--network-type", help="e.g. vlan or vxlan (required by the API)")
     elif inventory.command == "floatingip":
         p.add_argument("network", help="the floating network's id")
-        p.add_argument("address")
+        p.add_argument("address", help="the floating IP address")
     else:
-        p.add_argument("name")
+        p.add_argument("name", help=f"the {inventory.command}'s name")
     if inventory.command == "volume-pool":
-        p.add_argument("--capacity-gb", type=int, required=True)
+        p.add_argument("--capacity-gb", type=int, required=True, help="the pool's size")
 
 
 def register(sub: Any) -> None:
     for inventory in INVENTORIES:
-        parser = sub.add_parser(inventory.command, help=f"manage {inventory.path} (admin)")
+        noun = inventory.command
+        named = f"id or {inventory.name_field.replace('_', ' ')}"
+        parser = sub.add_parser(noun, help=f"manage {inventory.path} (admin)")
         actions = parser.add_subparsers(dest="action", required=True)
-        p = actions.add_parser("list")
-        p.add_argument("--limit", type=int)
-        p.add_argument("--marker")
+        p = actions.add_parser("list", help=f"the {inventory.path}, a page at a time")
+        p.add_argument("--limit", type=int, help="per page")
+        p.add_argument("--marker", help=f"the last {noun} id of the previous page")
         p.add_argument("--sort-key", help="id, name or created_at")
-        p.add_argument("--sort-dir", choices=("asc", "desc"))
+        p.add_argument("--sort-dir", choices=("asc", "desc"), help="ascending or descending")
         add_client_options(p)
-        for action in ("show", "delete"):
-            p = actions.add_parser(action)
-            p.add_argument("id")
+        for action, text in (("show", f"one {noun}"), ("delete", f"remove a {noun}")):
+            p = actions.add_parser(action, help=text)
+            p.add_argument("id", help=f"the {noun}'s {named}")
             add_client_options(p)
-        p = actions.add_parser("create")
+        p = actions.add_parser("create", help=f"register a {noun}")
         _create_arguments(inventory, p)
         _property_options(p, updating=False)
-        p = actions.add_parser("update")
-        p.add_argument("id")
+        p = actions.add_parser("update", help=f"change a {noun}'s properties")
+        p.add_argument("id", help=f"the {noun}'s {named}")
         if inventory.command == "volume-pool":
-            p.add_argument("--capacity-gb", type=int)
+            p.add_argument("--capacity-gb", type=int, help="the pool's new size")
         _property_options(p, updating=True)
-        _allocation_options(actions.add_parser("allocations"), inventory.command)
+        p = actions.add_parser("allocations", help=f"what leases hold of each {noun}")
+        _allocation_options(p, noun, named)
         parser.set_defaults(func=inventory_command, inventory=inventory)
 
     instance = sub.add_parser("instance", help="instance reservations per host")
     actions = instance.add_subparsers(dest="action", required=True)
-    _allocation_options(actions.add_parser("allocations"), "host")
+    p = actions.add_parser("allocations", help="the instance reservations of each host")
+    _allocation_options(p, "host", "id or name")
     instance.set_defaults(func=instance_command)

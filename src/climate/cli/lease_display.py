@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from climate.cli.output import describe_reservation, printable, record, render_json, table
+from climate.cli.output import describe_reservation, emit, printable, record, show_date, table
 from climate.cli.reservation_args import reservation_options
 
 if TYPE_CHECKING:
-    from climate.cli.client import ApiClient
+    from climate.cli.http import ApiClient
 
 LABELS = {
     "physical:host": ("os-hosts", "host", "hypervisor_hostname"),
@@ -50,8 +50,7 @@ class Labels:
 def show_lease(args: argparse.Namespace, api: ApiClient, lease: dict[str, Any]) -> None:
     """A lease for people: its fields, then one line per reservation (what it asks for and
     what it holds, named) and per event."""
-    if args.json:
-        print(render_json(lease))
+    if emit(args, lease):
         return
     print(record({k: v for k, v in lease.items() if k not in ("reservations", "events")}))
     labels = Labels(api)
@@ -68,7 +67,7 @@ def counter_offers(error: dict[str, Any]) -> str:
         lease = offer["lease"]
         asked = reservation_options(lease["reservations"])
         below = " (less than asked)" if offer["below_request"] else ""
-        start, end = lease["start_date"], lease["end_date"]
+        start, end = show_date(lease["start_date"]), show_date(lease["end_date"])
         lines.append(
             printable(f"  {offer['kind']}: --start '{start}' --end '{end}' {asked}{below}")
         )

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from climate.cli import client, inventory, reservations, series
-from climate.cli.output import render_json, table
+from climate.cli import calendar, client, inventory, reservations, series
+from climate.cli.output import add_format_options, emit, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
 
@@ -138,7 +138,8 @@ def _token(args: argparse.Namespace) -> None:
             }
             for t in tokens.list_all()
         ]
-        print(render_json(rows) if args.json else table(rows, list(rows[0]) if rows else ["id"]))
+        if not emit(args, rows):
+            print(table(rows, list(rows[0]) if rows else ["id"]))
     else:
         tokens.revoke(args.id)
         print(f"Revoked token {args.id}")
@@ -170,13 +171,17 @@ def _import_blazar(args: argparse.Namespace) -> None:
     report = service.run(
         args.blazar_url, dry_run=args.dry_run, skip_unmappable=args.skip_unmappable
     )
-    print(render_json(report.as_dict()) if args.json else "\n".join(report.lines()))
+    if not emit(args, report.as_dict()):
+        print("\n".join(report.lines()))
+
+
+DATABASE_HELP = "the database (default: the settings' database_url, $CLIMATE_DATABASE_URL)"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="climate", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (default: $CLIMATE_CONFIG)")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("serve", "API and manager in one process (migrates the database first)"),
@@ -184,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
         ("manager", "the event manager and notification delivery only"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--database-url")
+        p.add_argument("--database-url", help=DATABASE_HELP)
         if name != "manager":
             p.add_argument("--host", help="listen address (default 127.0.0.1)")
             p.add_argument("--port", type=int, help="listen port (default 1234)")
@@ -195,15 +200,17 @@ def _parser() -> argparse.ArgumentParser:
             )
             p.add_argument("--workers", type=int, default=1, help="API processes (api only)")
     p = sub.add_parser("db", help="database schema")
-    p.add_argument("action", choices=["upgrade", "current"])
-    p.add_argument("--database-url")
+    p.add_argument(
+        "action", choices=["upgrade", "current"], help="migrate to the latest schema, or show it"
+    )
+    p.add_argument("--database-url", help=DATABASE_HELP)
     p = sub.add_parser("token", help="API tokens for auth = 'token'")
-    p.add_argument("--database-url")
+    p.add_argument("--database-url", help=DATABASE_HELP)
     token_actions = p.add_subparsers(dest="action", required=True)
     t = token_actions.add_parser("create", help="issue a token; prints it once")
-    t.add_argument("name")
-    t.add_argument("--user", required=True)
-    t.add_argument("--project", required=True)
+    t.add_argument("name", help="what the token is for (shown by token list)")
+    t.add_argument("--user", required=True, help="the user the token acts as")
+    t.add_argument("--project", required=True, help="the project the token acts in")
     t.add_argument("--roles", default="member", help="comma-separated, e.g. admin,member")
     lifetime = t.add_mutually_exclusive_group()
     lifetime.add_argument(
@@ -213,13 +220,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"expire after this many days (default {DEFAULT_TOKEN_DAYS})",
     )
     lifetime.add_argument("--no-expiry", action="store_true", help="a token that never expires")
-    t = token_actions.add_parser("list")
-    t.add_argument("--json", action="store_true")
-    t = token_actions.add_parser("revoke")
-    t.add_argument("id")
+    t = token_actions.add_parser("list", help="every token: its name, owner, roles and expiry")
+    add_format_options(t)
+    t = token_actions.add_parser("revoke", help="revoke a token: it is refused from now on")
+    t.add_argument("id", help="the token's id (from token list)")
     for action in token_actions.choices.values():
         # Also after the action; SUPPRESS keeps a value given before it.
-        action.add_argument("--database-url", default=argparse.SUPPRESS)
+        action.add_argument("--database-url", default=argparse.SUPPRESS, help=DATABASE_HELP)
     p = sub.add_parser(
         "import-blazar",
         help="import a Blazar database's leases, hosts and floating IPs (docs/blazar-migration.md)",
@@ -243,12 +250,25 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="import without the rows Climate cannot map (the report names them)",
     )
-    p.add_argument("--json", action="store_true", help="the report as JSON")
+    add_format_options(p)
     client.register(sub)
     reservations.register(sub)
     inventory.register(sub)
     series.register(sub)
+    calendar.register(sub)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's ``--help`` opens with the line its parent lists it with."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:
+                child = action.choices[listed.dest]
+                if child.description is None:
+                    child.description = listed.help
+                _describe(child)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -3,10 +3,18 @@ came from the server (docs/security.md)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import yaml
+from rich import box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 """Unicode category Cc: a terminal obeys ESC (window titles, colours, cursor moves), CSI, BEL
@@ -18,8 +26,45 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda found: repr(found.group())[1:-1], text)
 
 
+FORMATS = ("table", "json", "yaml")
+_DATE = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{2}:[0-9]{2})(?::([0-9]{2})(\.[0-9]+)?)?"
+)
+
+
+def add_format_options(parser: argparse.ArgumentParser) -> None:
+    """``-f json|yaml|table`` and ``--json`` (the same as ``-f json``, for scripts)."""
+    parser.add_argument(
+        "-f",
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="output format: table for people (the default), json or yaml for scripts "
+        "(the API's fields and dates as they are)",
+    )
+    parser.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="the same as -f json"
+    )
+
+
+def emit(args: argparse.Namespace, data: object) -> bool:
+    """Print ``data`` as JSON or YAML if ``-f`` asks for either; False when a table is wanted."""
+    if args.format == "json":
+        print(render_json(data))
+    elif args.format == "yaml":
+        print(render_yaml(data), end="")
+    else:
+        return False
+    return True
+
+
 def render_json(data: object) -> str:
     return _json(data, indent=2, sort_keys=True)
+
+
+def render_yaml(data: object) -> str:
+    # ASCII-only YAML quotes and escapes every control character.
+    return yaml.safe_dump(data, sort_keys=True, allow_unicode=False, default_flow_style=False)
 
 
 def _json(data: object, **options: Any) -> str:
@@ -27,28 +72,59 @@ def _json(data: object, **options: Any) -> str:
     return json.dumps(data, **options).replace("\x7f", "\\u007f")
 
 
-def _cell(value: Any) -> str:
+def show_date(text: str) -> str:
+    """A date of the API (``2030-06-01T09:00:00.000000``, ``2030-06-01 09:00:00``) in the
+    command line's one format, ``YYYY-MM-DD HH:MM[:SS[.ffffff]]`` in UTC: seconds and their
+    fraction only when not zero, so that what is shown is exact and reads back as input."""
+    found = _DATE.fullmatch(text)
+    if found is None:
+        return text
+    day, minute, seconds, fraction = found.groups()
+    fraction = (fraction or "").rstrip("0").rstrip(".")
+    shown = f"{day} {minute}"
+    if fraction or (seconds or "00") != "00":
+        shown += f":{seconds}{fraction}"
+    return shown
+
+
+def cell(value: Any) -> str:
+    """A value as a table shows it."""
     if value is None:
         return ""
     if isinstance(value, dict | list):
         return _json(value)
-    return printable(str(value))
+    return show_date(printable(str(value)))
+
+
+def console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """Rich's console on stdout (or stderr): as wide as the terminal, or ``width``; writing to
+    a file or a pipe, lines are never folded (scripts and ``grep`` see whole rows)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if width is None and not stream.isatty():
+        width = 100_000
+    return Console(file=stream, width=width, highlight=False, emoji=False, markup=False)
+
+
+def _render(renderable: RenderableType) -> str:
+    out = console()
+    with out.capture() as captured:
+        out.print(renderable)
+    return captured.get().rstrip("\n")
+
+
+def rich_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Table:
+    shown = Table(box=box.ASCII, header_style="bold", show_lines=False)
+    for column in columns:
+        shown.add_column(column, overflow="fold")
+    for row in rows:
+        shown.add_row(*(Text(cell(row.get(c))) for c in columns))
+    return shown
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [
-        line,
-        "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |",
-        line,
-    ]
-    out += [
-        "| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + " |" for r in cells
-    ]
-    out.append(line)
-    return "\n".join(out)
+    """Rows as a table (Rich, with ASCII borders as ``openstack`` prints them); control
+    characters escaped and dates in the one format (``show_date``)."""
+    return _render(rich_table(rows, columns))
 
 
 def record(data: Mapping[str, Any]) -> str:

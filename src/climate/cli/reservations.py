@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from climate.cli.client import ApiClient, add_client_options, show
+from climate.cli.client import show
+from climate.cli.http import LEASE, add_client_options, connect, find_id, path_of
+from climate.cli.output import emit
 
 SHOWN = (
     "id",
@@ -21,11 +23,11 @@ SHOWN = (
 
 
 def reservation_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
-    path = f"/leases/{args.lease}/reservations/{args.reservation}/{args.action}"
+    api = connect(args)
+    lease_path = path_of(LEASE, find_id(api, LEASE, args.lease))
+    path = f"{lease_path}/reservations/{args.reservation}/{args.action}"
     lease = api.call("POST", path)["lease"]
-    if args.json:
-        show(args, lease)
+    if emit(args, lease):
         return
     (reservation,) = [r for r in lease["reservations"] if r["id"] == args.reservation]
     shown: dict[str, Any] = {"lease": lease["id"], **{k: reservation.get(k) for k in SHOWN}}
@@ -42,7 +44,7 @@ def register(sub: Any) -> None:
         ("acknowledge", "acknowledge a keep-until-ack reservation's end: discard what it kept"),
     ):
         p = actions.add_parser(action, help=text)
-        p.add_argument("lease", help="lease id")
+        p.add_argument("lease", help="lease id or name")
         p.add_argument("reservation", help="reservation id")
         add_client_options(p)
     reservation.set_defaults(func=reservation_command)

@@ -6,25 +6,27 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from climate.cli.client import ApiClient, add_client_options, show
-from climate.cli.output import record, render_json, table
+from climate.cli.client import show
+from climate.cli.http import SERIES, add_client_options, connect, find_id, path_of
+from climate.cli.output import emit, record, table
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
 
 OCCURRENCE_COLUMNS = ["occurrence", "lease_id", "status", "start_date", "end_date"]
 
 
 def series_command(args: argparse.Namespace) -> None:
-    api = ApiClient(args.url, args.token, args.project, args.roles)
+    api = connect(args)
     if args.action == "list":
         found = api.call("GET", "/lease-series")["series"]
         show(args, found, ["id", "name", "rrule", "start_date", "end_date"])
     elif args.action == "show":
-        _show(args, api.call("GET", f"/lease-series/{args.series}"))
+        _show(args, api.call("GET", path_of(SERIES, find_id(api, SERIES, args.series))))
     elif args.action == "create":
         _show(args, api.call("POST", "/lease-series", _body(args)))
     elif args.action == "delete":
-        api.call("DELETE", f"/lease-series/{args.series}")
-        print(f"Deleted series {args.series} and its occurrences not yet ended")
+        series_id = find_id(api, SERIES, args.series)
+        api.call("DELETE", path_of(SERIES, series_id))
+        print(f"Deleted series {series_id} and its occurrences not yet ended")
 
 
 def _body(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,8 +54,7 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 def _show(args: argparse.Namespace, answer: dict[str, Any]) -> None:
     """A series for people: its fields, then its occurrences, then those skipped."""
-    if args.json:
-        print(render_json(answer))
+    if emit(args, answer):
         return
     series = answer["series"]
     shown = {k: v for k, v in series.items() if k not in ("occurrences", "reservations")}
@@ -68,13 +69,16 @@ def _show(args: argparse.Namespace, answer: dict[str, Any]) -> None:
 def register(sub: Any) -> None:
     series = sub.add_parser("series", help="recurring leases (an iCalendar RRULE)")
     actions = series.add_subparsers(dest="action", required=True)
-    add_client_options(actions.add_parser("list"))
-    for action in ("show", "delete"):
-        p = actions.add_parser(action)
-        p.add_argument("series", help="series id")
+    add_client_options(actions.add_parser("list", help="the series you may see"))
+    for action, text in (
+        ("show", "one series with its occurrences"),
+        ("delete", "delete a series and its occurrences not yet ended"),
+    ):
+        p = actions.add_parser(action, help=text)
+        p.add_argument("series", help="series id or name")
         add_client_options(p)
     p = actions.add_parser("create", help="a lease per occurrence of a rule")
-    p.add_argument("name")
+    p.add_argument("name", help="the series' name (each occurrence's lease is named after it)")
     p.add_argument("--start", required=True, help="the first occurrence's start (UTC)")
     p.add_argument("--end", help="the first occurrence's end (or --duration)")
     p.add_argument("--duration", help="each occurrence's length ('HH:MM', seconds or PT2H)")

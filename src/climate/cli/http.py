@@ -1,0 +1,258 @@
+"""The API client of the friendly commands: where the server is and who the caller is (from the
+options, Climate's variables, the ``OS_*`` variables the ``blazar`` and ``openstack`` commands
+read, a Keystone sign-in, then Climate's config file; docs/cli.md), and objects found by id or
+by name."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import httpx
+
+from climate.cli.lease_display import counter_offers
+from climate.cli.output import add_format_options, printable
+
+if TYPE_CHECKING:
+    from climate.keystone import ServiceCredentials
+
+DEFAULT_URL = "http://127.0.0.1:1234"
+NO_AUTH = frozenset({"none", "noauth"})
+TOKEN_AUTH = frozenset({"admin_token", "token", "v3token"})
+
+
+class ApiClient:
+    def __init__(self, url: str, token: str | None, project: str | None, roles: str | None) -> None:
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["X-Auth-Token"] = token
+        if project:
+            headers["X-Project-Id"] = project
+            headers["X-Roles"] = roles or "member"
+        self.http = httpx.Client(base_url=url + "/v1", headers=headers, timeout=30)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self.http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise SystemExit(f"error: cannot reach {self.http.base_url}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                error = response.json()
+                message = printable(str(error.get("error_message", response.text)))
+                message += counter_offers(error)
+            except (ValueError, AttributeError):
+                message = printable(response.text)
+            raise SystemExit(f"error ({response.status_code}): {message}")
+        return response.json() if response.content else None
+
+    def lookup(self, path: str) -> tuple[int, Any]:
+        """``GET path``'s status and body, never failing (for optional details such as names;
+        status 0: no answer)."""
+        try:
+            response = self.http.get(path)
+        except httpx.HTTPError:
+            return 0, None
+        return response.status_code, response.json() if response.status_code == 200 else None
+
+    def every(self, path: str, key: str, **query: str) -> list[dict[str, Any]]:
+        """Every object of a list, page after page (``marker``: the last id of a page)."""
+        found: list[dict[str, Any]] = []
+        marker = None
+        while True:
+            page_query = {**query, **({"marker": marker} if marker else {})}
+            page = self.call("GET", f"{path}?{urlencode(page_query)}" if page_query else path)
+            rows: list[dict[str, Any]] = page[key]
+            if not rows:
+                return found
+            found += rows
+            marker = str(rows[-1]["id"])
+
+
+# -- where and who ------------------------------------------------------------------------------
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """The connection options (each also from a variable; docs/cli.md) and ``-f``."""
+    parser.add_argument(
+        "--url",
+        help="Climate's address, e.g. http://127.0.0.1:1234 (default: $CLIMATE_URL, "
+        "$OS_ENDPOINT, the Keystone catalog, then bind_host and port of the config file)",
+    )
+    parser.add_argument(
+        "--token", help="an API or Keystone token (default: $CLIMATE_TOKEN, $OS_TOKEN, Keystone)"
+    )
+    parser.add_argument(
+        "--project",
+        default=os.environ.get("CLIMATE_PROJECT"),
+        help="act as this project (noauth mode; default $CLIMATE_PROJECT)",
+    )
+    parser.add_argument(
+        "--roles", default=os.environ.get("CLIMATE_ROLES"), help="with --project (noauth mode)"
+    )
+    add_format_options(parser)
+
+
+@dataclass(frozen=True)
+class Connection:
+    url: str
+    """Without ``/v1``."""
+    token: str | None
+
+
+def connect(args: argparse.Namespace) -> ApiClient:
+    found = connection(args)
+    return ApiClient(found.url, found.token, args.project, args.roles)
+
+
+def connection(args: argparse.Namespace) -> Connection:
+    """The server and the token, each from the first that gives it (docs/cli.md):
+    the URL from ``--url``, ``CLIMATE_URL``, ``OS_ENDPOINT``, the Keystone catalog (when a
+    Keystone sign-in is configured), ``bind_host``/``port`` of Climate's settings (its config
+    file and ``CLIMATE_*``); the token from ``--token``, ``CLIMATE_TOKEN``, ``OS_TOKEN`` (not
+    with ``OS_AUTH_TYPE=none``), a Keystone sign-in."""
+    env = os.environ
+    url = args.url or env.get("CLIMATE_URL") or env.get("OS_ENDPOINT")
+    auth_type = env.get("OS_AUTH_TYPE", "").lower()
+    token = args.token or env.get("CLIMATE_TOKEN")
+    if token is None and auth_type not in NO_AUTH:
+        token = env.get("OS_TOKEN")
+    if url and (token or auth_type in NO_AUTH | TOKEN_AUTH):
+        return Connection(_base(url), token)
+    credentials = None
+    if auth_type not in NO_AUTH | TOKEN_AUTH and _may_sign_in(args.config):
+        credentials = _keystone(args.config)
+    if credentials is not None and (token is None or url is None):
+        signed_in, endpoint = _sign_in(credentials)
+        return Connection(_base(url or endpoint), token or signed_in)
+    return Connection(_base(url or _configured_url(args.config)), token)
+
+
+def _may_sign_in(config: str | None) -> bool:
+    """Whether Keystone credentials may be configured (reading the settings takes time)."""
+    given = ("OS_AUTH_URL", "OS_CLOUD", "CLIMATE_OS_AUTH_URL", "CLIMATE_OS_CLOUD", "CLIMATE_CONFIG")
+    return bool(config) or any(os.environ.get(name) for name in given)
+
+
+def _base(url: str) -> str:
+    """``http://host:1234`` from that, or with ``/v1`` (as ``OS_ENDPOINT`` and the catalog
+    give it)."""
+    return re.sub(r"/v1/?$", "", url.rstrip("/"))
+
+
+def _configured_url(config: str | None) -> str:
+    """Where Climate's own settings say it listens (a wildcard address: this machine)."""
+    from climate.config import load_settings
+
+    settings = load_settings(config)
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
+        settings.bind_host, settings.bind_host
+    )
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+
+
+def _keystone(config: str | None) -> ServiceCredentials | None:
+    """The Keystone credentials of the ``OS_*`` variables (over the ``os_*`` settings of the
+    config file and a clouds.yaml cloud), as ``openstack`` reads them; None when there are none."""
+    from climate.config import load_settings
+    from climate.errors import InvalidInput
+    from climate.keystone import service_credentials
+
+    settings = load_settings(config)
+    if not (settings.os_auth_url or settings.os_cloud):
+        return None
+    try:
+        return service_credentials(settings)
+    except InvalidInput as exc:
+        raise SystemExit(f"error: cannot sign in to Keystone: {exc.message}") from None
+
+
+def _sign_in(credentials: ServiceCredentials) -> tuple[str, str]:
+    """A Keystone token and the reservation service's endpoint in the catalog ("" if none)."""
+    try:
+        from keystoneauth1 import exceptions, loading, session
+        from keystoneauth1.plugin import BaseAuthPlugin
+    except ImportError:
+        raise SystemExit(
+            "error: OS_AUTH_URL: signing in to Keystone needs keystoneauth1 "
+            "(pip install 'climate[openstack]')"
+        ) from None
+    url = credentials.auth["auth_url"]
+    plugin: loading.BaseLoader[BaseAuthPlugin] = loading.get_plugin_loader(credentials.auth_type)
+    keystone = session.Session(auth=plugin.load_from_options(**credentials.auth), timeout=30)
+    try:
+        token = keystone.get_token()
+        endpoint = keystone.get_endpoint(
+            service_type="reservation",
+            interface=credentials.interface or "public",
+            region_name=credentials.region_name or None,
+        )
+    except (exceptions.ConnectFailure, exceptions.DiscoveryFailure) as exc:
+        raise SystemExit(f"error: OS_AUTH_URL: cannot reach Keystone at {url}: {exc}") from None
+    except exceptions.Unauthorized:
+        raise SystemExit(
+            f"error: Keystone at {url} refused the credentials of the OS_* variables"
+        ) from None
+    except exceptions.EndpointNotFound:
+        endpoint = None
+    except exceptions.ClientException as exc:
+        raise SystemExit(f"error: OS_AUTH_URL: Keystone at {url} answered: {exc}") from None
+    return str(token), str(endpoint or DEFAULT_URL)
+
+
+# -- by id or by name ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of object the commands name: where it lives and which field names it."""
+
+    noun: str
+    path: str
+    list_key: str
+    name_field: str
+    id_pattern: re.Pattern[str]
+    filter_by_name: bool = False
+    """The list takes ``?name=`` (leases)."""
+
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
+_NUMBER = re.compile(r"[0-9]+")
+LEASE = Kind("lease", "/leases", "leases", "name", _UUID, filter_by_name=True)
+HOST = Kind("host", "/os-hosts", "hosts", "hypervisor_hostname", _NUMBER)
+SERIES = Kind("series", "/lease-series", "series", "name", _UUID)
+
+
+def find_id(api: ApiClient, kind: Kind, ref: str) -> str:
+    """The id of the ``kind`` named or identified by ``ref``: an id as is (as ``blazar`` takes a
+    UUID), else the one object with that name; none or several is an error naming them."""
+    if kind.id_pattern.fullmatch(ref):
+        return ref
+    query = {"name": ref} if kind.filter_by_name else {}
+    matches = [
+        found
+        for found in api.every(kind.path, kind.list_key, **query)
+        if str(found.get(kind.name_field)) == ref
+    ]
+    if len(matches) == 1:
+        return str(matches[0]["id"])
+    shown = printable(ref)
+    if not matches:
+        raise SystemExit(f"error: no {kind.noun} with the id or name '{shown}'")
+    listed = ", ".join(printable(_summary(m)) for m in matches)
+    raise SystemExit(
+        f"error: {len(matches)} {kind.noun}s are named '{shown}': {listed}; give an id"
+    )
+
+
+def _summary(found: dict[str, Any]) -> str:
+    extra = [str(found[k]) for k in ("status", "project_id", "start_date") if found.get(k)]
+    return f"{found['id']} ({', '.join(extra)})" if extra else str(found["id"])
+
+
+def path_of(kind: Kind, ident: str) -> str:
+    return f"{kind.path}/{quote(ident, safe='')}"

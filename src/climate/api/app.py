@@ -27,6 +27,7 @@ from climate.api import (
     reservations,
     series,
     templates,
+    ui,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
@@ -138,6 +139,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         app.include_router(items.item_router(kind))
     app.include_router(items.pools)
     app.include_router(instances.router)
+    ui.install(app, ctx)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)

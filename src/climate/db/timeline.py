@@ -1,0 +1,138 @@
+"""What the dashboard's timeline and calendar feed read: resources of one kind with the
+allocations overlapping a window, and a project's leases. Plain rows, no ORM objects: the
+timeline of a thousand hosts is read on every page load."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, NamedTuple
+
+from sqlalchemy import Select, literal, select
+from sqlalchemy.orm import Session
+
+from climate.db.tables import (
+    Host,
+    HostAllocation,
+    InstanceAllocation,
+    Item,
+    ItemAllocation,
+    Lease,
+    VolumeAllocation,
+    VolumePool,
+)
+
+
+class ResourceRow(NamedTuple):
+    id: int
+    name: str
+    reservable: bool
+    pool: str
+    """An item's pool ("" for hosts, volume pools and items without one)."""
+
+
+class AllocationRow(NamedTuple):
+    resource_id: int
+    start: dt.datetime
+    end: dt.datetime
+    amount: int
+    """Instances on a host, GB of a volume pool; 0 for a whole resource."""
+    lease_id: str
+    lease_name: str
+    project_id: str
+    status: str
+
+
+class LeaseRow(NamedTuple):
+    id: str
+    name: str
+    project_id: str
+    status: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+def hosts(session: Session) -> list[ResourceRow]:
+    rows = session.execute(
+        select(Host.id, Host.hypervisor_hostname, Host.reservable, Host.health).order_by(
+            Host.hypervisor_hostname
+        )
+    )
+    return [ResourceRow(i, name, bool(ok) and health == "up", "") for i, name, ok, health in rows]
+
+
+def items(session: Session, kind: str) -> list[ResourceRow]:
+    rows = session.execute(
+        select(Item.id, Item.name, Item.reservable, Item.pool)
+        .where(Item.kind == kind)
+        .order_by(Item.pool, Item.name)
+    )
+    return [ResourceRow(i, name, bool(ok), pool) for i, name, ok, pool in rows]
+
+
+def volume_pools(session: Session) -> list[ResourceRow]:
+    rows = session.execute(
+        select(VolumePool.id, VolumePool.name, VolumePool.reservable).order_by(VolumePool.name)
+    )
+    return [ResourceRow(i, name, bool(ok), "") for i, name, ok in rows]
+
+
+def host_allocations(session: Session, start: dt.datetime, end: dt.datetime) -> list[AllocationRow]:
+    """Whole-host and instance allocations overlapping [start, end), by host and start."""
+    whole = _overlapping(HostAllocation, HostAllocation.host_id, None, start, end)
+    packed = _overlapping(
+        InstanceAllocation, InstanceAllocation.host_id, InstanceAllocation.count, start, end
+    )
+    rows = [*_rows(session, whole), *_rows(session, packed)]
+    rows.sort(key=lambda r: (r.resource_id, r.start))
+    return rows
+
+
+def item_allocations(
+    session: Session, kind: str, start: dt.datetime, end: dt.datetime
+) -> list[AllocationRow]:
+    query = _overlapping(ItemAllocation, ItemAllocation.item_id, None, start, end)
+    query = query.join(Item, Item.id == ItemAllocation.item_id).where(Item.kind == kind)
+    return _rows(session, query.order_by(ItemAllocation.item_id, ItemAllocation.start_date))
+
+
+def volume_allocations(
+    session: Session, start: dt.datetime, end: dt.datetime
+) -> list[AllocationRow]:
+    query = _overlapping(
+        VolumeAllocation, VolumeAllocation.pool_id, VolumeAllocation.size_gb, start, end
+    )
+    return _rows(session, query.order_by(VolumeAllocation.pool_id, VolumeAllocation.start_date))
+
+
+def _overlapping(
+    model: Any, resource: Any, amount: Any, start: dt.datetime, end: dt.datetime
+) -> Select[Any]:
+    return (
+        select(
+            resource,
+            model.start_date,
+            model.end_date,
+            amount if amount is not None else literal(0),
+            Lease.id,
+            Lease.name,
+            Lease.project_id,
+            Lease.status,
+        )
+        .join(Lease, Lease.id == model.lease_id)
+        .where(model.end_date > start, model.start_date < end, Lease.deleted_at.is_(None))
+    )
+
+
+def _rows(session: Session, query: Select[Any]) -> list[AllocationRow]:
+    return [AllocationRow(*r) for r in session.execute(query)]
+
+
+def leases(session: Session, project_id: str | None) -> list[LeaseRow]:
+    """Live (not deleted) leases of ``project_id`` (None: every project), by start."""
+    query = select(
+        Lease.id, Lease.name, Lease.project_id, Lease.status, Lease.start_date, Lease.end_date
+    ).where(Lease.deleted_at.is_(None))
+    if project_id is not None:
+        query = query.where(Lease.project_id == project_id)
+    rows = session.execute(query.order_by(Lease.start_date, Lease.id))
+    return [LeaseRow(*r) for r in rows]

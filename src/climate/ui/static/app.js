@@ -25,6 +25,14 @@ function clear(node) {
   return node;
 }
 
+let flash = null;
+
+// Says ``text`` once the page has moved to ``hash``.
+function go(hash, text) {
+  flash = text;
+  location.hash = hash;
+}
+
 function say(text, kind = "") {
   const status = $("status");
   status.textContent = text;
@@ -426,7 +434,7 @@ async function showLeases() {
   );
   const project = me.admin ? form.get("project_id") : "";
   $("feed-link").href = `${API}/v1/leases.ics${query({ project_id: project })}`;
-  say(`${leases.length} lease(s)`);
+  if (!$("status").textContent) say(`${leases.length} lease(s)`);
 }
 
 $("lease-filters").addEventListener("submit", (event) => {
@@ -549,8 +557,7 @@ $("lease-delete").addEventListener("click", async () => {
   if (!window.confirm(`Delete lease ${lease.name}?`)) return;
   try {
     await api("DELETE", `/v1/leases/${encodeURIComponent(lease.id)}`);
-    location.hash = "#/leases";
-    say("lease deleted", "ok");
+    go("#/leases", "lease deleted");
   } catch (error) {
     failed(error);
   }
@@ -635,8 +642,7 @@ function newLeaseBody(start, end) {
 }
 
 async function created(lease) {
-  location.hash = `#/lease/${encodeURIComponent(lease.id)}`;
-  say(`lease ${lease.name} created`, "ok");
+  go(`#/lease/${encodeURIComponent(lease.id)}`, `lease ${lease.name} created`);
 }
 
 async function createLease(body) {
@@ -757,7 +763,9 @@ function route() {
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("current", a.dataset.view === view);
   }
-  say("");
+  if (flash) say(flash, "ok");
+  else say("");
+  flash = null;
   const show = (name) => {
     $(`view-${name}`).hidden = false;
   };

@@ -7,19 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from pydantic_core import to_json
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from climate.api import ics
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
-from climate.api.schemas.ui import (
-    Timeline,
-    TimelineAnswer,
-    TimelineBar,
-    TimelineLease,
-    TimelineResource,
-)
+from climate.api.schemas.ui import TimelineAnswer
 from climate.services.context import ServiceContext
 from climate.services.timeline import HOST_TYPE, TimelineService
 
@@ -55,43 +50,31 @@ def timeline(
     start: str | None = None,
     end: str | None = None,
     resource_type: str = HOST_TYPE,
-) -> TimelineAnswer:
+) -> Response:
     """Who holds which resource when: rows of resources, bars of allocations. Other projects'
-    bookings come as bars with no lease (busy)."""
+    bookings come as bars with no lease (busy). Serialised straight from plain rows (tens of
+    thousands of them for a month of a thousand hosts; ``TimelineAnswer`` documents them)."""
     found = timelines.timeline(
         actor,
         resource_type,
         start=None if start in (None, "", "now") else parse_date("start", start),
         end=None if end in (None, "") else parse_date("end", end),
     )
-    return TimelineAnswer(
-        timeline=Timeline(
-            resource_type=found.resource_type,
-            start=int(found.start.timestamp()),
-            end=int(found.end.timestamp()),
-            now=int(found.now.timestamp()),
-            resources=[
-                TimelineResource(id=str(r.id), name=r.name, reservable=r.reservable, pool=r.pool)
+    answer = {
+        "timeline": {
+            "resource_type": found.resource_type,
+            "start": int(found.start.timestamp()),
+            "end": int(found.end.timestamp()),
+            "now": int(found.now.timestamp()),
+            "resources": [
+                {"id": str(r.id), "name": r.name, "reservable": r.reservable, "pool": r.pool}
                 for r in found.resources
             ],
-            leases=[
-                TimelineLease(
-                    id=lease.id, name=lease.name, project_id=lease.project_id, status=lease.status
-                )
-                for lease in found.leases
-            ],
-            bars=[
-                TimelineBar(
-                    resource=b.resource,
-                    start=int(b.start.timestamp()),
-                    end=int(b.end.timestamp()),
-                    amount=b.amount,
-                    lease=b.lease,
-                )
-                for b in found.bars
-            ],
-        )
-    )
+            "leases": [lease._asdict() for lease in found.leases],
+            "bars": [bar._asdict() for bar in found.bars],
+        }
+    }
+    return Response(to_json(answer), media_type="application/json")
 
 
 @router.get("/v1/leases.ics")

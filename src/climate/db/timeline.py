@@ -7,8 +7,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, literal, select
+from sqlalchemy import BigInteger, Select, literal, select
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
 
 from climate.db.tables import (
     Host,
@@ -22,6 +25,26 @@ from climate.db.tables import (
 )
 
 
+class epoch(FunctionElement[int]):
+    """Whole seconds since the epoch of a UTC timestamp column, computed by the database: a
+    month of a thousand hosts is tens of thousands of timestamps, too many to parse in Python."""
+
+    type = BigInteger()
+    inherit_cache = True
+    name = "epoch"
+
+
+@compiles(epoch, "sqlite")
+def _epoch_sqlite(element: epoch, compiler: SQLCompiler, **kw: Any) -> str:
+    # Stored as naive UTC text (db/types.py).
+    return f"CAST(strftime('%s', {compiler.process(element.clauses, **kw)}) AS INTEGER)"
+
+
+@compiles(epoch, "postgresql")
+def _epoch_postgresql(element: epoch, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST(FLOOR(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)})) AS BIGINT)"
+
+
 class ResourceRow(NamedTuple):
     id: int
     name: str
@@ -32,8 +55,9 @@ class ResourceRow(NamedTuple):
 
 class AllocationRow(NamedTuple):
     resource_id: int
-    start: dt.datetime
-    end: dt.datetime
+    start: int
+    """Seconds since the epoch, as ``end``."""
+    end: int
     amount: int
     """Instances on a host, GB of a volume pool; 0 for a whole resource."""
     lease_id: str
@@ -110,8 +134,8 @@ def _overlapping(
     return (
         select(
             resource,
-            model.start_date,
-            model.end_date,
+            epoch(model.start_date),
+            epoch(model.end_date),
             amount if amount is not None else literal(0),
             Lease.id,
             Lease.name,

@@ -37,12 +37,12 @@ class LeaseRef(NamedTuple):
     status: str
 
 
-@dataclass(frozen=True)
-class Bar:
+class Bar(NamedTuple):
     resource: int
     """Index into ``TimelineData.resources``."""
-    start: dt.datetime
-    end: dt.datetime
+    start: int
+    """Seconds since the epoch, as ``end``."""
+    end: int
     amount: int
     lease: int | None
     """Index into ``TimelineData.leases``; None: a booking the caller may not read."""
@@ -100,14 +100,14 @@ class TimelineService:
                 kind = ITEM_KINDS[resource_type]
                 resources = rows.items(session, kind)
                 found = rows.item_allocations(session, kind, start, end)
-        readable = self._readable(actor)
+        scope, own = self._readable(actor)
         index = {r.id: i for i, r in enumerate(resources)}
         leases: list[LeaseRef] = []
         lease_index: dict[str, int] = {}
         bars = []
         for a in found:
             place = None
-            if readable(a.project_id):
+            if scope is None or (own and a.project_id == scope):
                 place = lease_index.get(a.lease_id)
                 if place is None:
                     place = lease_index[a.lease_id] = len(leases)
@@ -128,20 +128,10 @@ class TimelineService:
         with self.ctx.db.reader() as session:
             return rows.leases(session, project_id)
 
-    def _readable(self, actor: Actor) -> _Readable:
+    def _readable(self, actor: Actor) -> tuple[str | None, bool]:
+        """Whose leases the caller reads in full: every project's (None), or its own project's
+        if the lease rule lets it read them (the bool)."""
         scope = self.ctx.policy.scope(actor)
         if scope is None:
-            return _Readable(None, True)
-        return _Readable(scope, self.ctx.policy.allows(actor, LEASE_RULE, actor.owner()))
-
-
-@dataclass(frozen=True)
-class _Readable:
-    """Whether the caller may read a lease of a project: all of them (``scope`` None) or only
-    its own, if the lease rule lets it read that."""
-
-    scope: str | None
-    own: bool
-
-    def __call__(self, project_id: str) -> bool:
-        return self.scope is None or (self.own and project_id == self.scope)
+            return None, True
+        return scope, self.ctx.policy.allows(actor, LEASE_RULE, actor.owner())

@@ -8,6 +8,9 @@ const TOKEN_KEY = "climate-token";
 const HOUR = 3600e3;
 const DAY = 24 * HOUR;
 const PROJECT_COLOURS = 12;
+// Rows drawn at once: vis-timeline draws every row it is given, so a thousand hosts are shown a
+// page at a time (all their bars are loaded; paging and filtering need no request).
+const PAGE_ROWS = 40;
 
 const $ = (id) => document.getElementById(id);
 
@@ -167,7 +170,15 @@ $("logout").addEventListener("click", () => {
 
 // -- timeline ---------------------------------------------------------------------------------
 
-const tl = { timeline: null, chart: null, loaded: null, type: null, data: null, loading: null };
+const tl = {
+  timeline: null,
+  chart: null,
+  loaded: null,
+  data: null,
+  all: null,
+  first: 0,
+  filter: "",
+};
 
 function barLabel(item) {
   const data = tl.data;
@@ -265,11 +276,13 @@ async function drawTimeline(window) {
   const container = $("timeline");
   const started = performance.now();
   const span = window.end - window.start;
-  const loadStart = window.start - span / 2;
-  const loadEnd = window.end + span;
+  const loadStart = window.start - span / 4;
+  const loadEnd = window.end + span / 2;
   const { groups, items, now, data } = await loadTimeline(loadStart, loadEnd);
+  tl.all = { groups, items };
+  const page = rowsPage();
   if (!tl.timeline) {
-    tl.timeline = new Timeline(container, new DataSet(items), new DataSet(groups), {
+    tl.timeline = new Timeline(container, new DataSet(page.items), new DataSet(page.groups), {
       stack: false,
       orientation: "top",
       start: window.start,
@@ -298,7 +311,7 @@ async function drawTimeline(window) {
     tl.timeline.on("doubleClick", (props) => openBar(props.item));
     tl.timeline.on("select", (props) => openBar(props.items[0]));
   } else {
-    tl.timeline.setData({ groups: new DataSet(groups), items: new DataSet(items) });
+    tl.timeline.setData({ groups: new DataSet(page.groups), items: new DataSet(page.items) });
     tl.timeline.setCustomTime(now, "now");
     tl.timeline.setWindow(window.start, window.end, { animation: false });
   }
@@ -313,6 +326,42 @@ async function drawTimeline(window) {
   );
   drawCapacity(window).catch(failed);
 }
+
+// The rows of the current page (after the name filter) and their bars.
+function rowsPage() {
+  const needle = tl.filter.toLowerCase();
+  const matching = tl.all.groups.filter((g) => g.label.toLowerCase().includes(needle));
+  tl.first = Math.max(0, Math.min(tl.first, matching.length - 1));
+  const groups = matching.slice(tl.first, tl.first + PAGE_ROWS);
+  const shown = new Set(groups.map((g) => g.id));
+  const items = tl.all.items.filter((item) => item.group === undefined || shown.has(item.group));
+  $("rows-shown").textContent = matching.length
+    ? `rows ${tl.first + 1}–${tl.first + groups.length} of ${matching.length}`
+    : "no rows";
+  $("rows-prev").disabled = tl.first === 0;
+  $("rows-next").disabled = tl.first + PAGE_ROWS >= matching.length;
+  return { groups, items };
+}
+
+function showRows() {
+  if (!tl.timeline) return;
+  const page = rowsPage();
+  tl.timeline.setData({ groups: new DataSet(page.groups), items: new DataSet(page.items) });
+}
+
+$("rows-prev").addEventListener("click", () => {
+  tl.first = Math.max(0, tl.first - PAGE_ROWS);
+  showRows();
+});
+$("rows-next").addEventListener("click", () => {
+  tl.first += PAGE_ROWS;
+  showRows();
+});
+$("rows-filter").addEventListener("input", () => {
+  tl.filter = $("rows-filter").value;
+  tl.first = 0;
+  showRows();
+});
 
 function openBar(id) {
   if (id === undefined || id === null || id === "free") return;
@@ -400,6 +449,7 @@ for (const button of document.querySelectorAll("[data-zoom]")) {
 }
 
 $("tl-type").addEventListener("change", () => {
+  tl.first = 0;
   const range = tl.timeline ? tl.timeline.getWindow() : null;
   const window = range
     ? { start: range.start.valueOf(), end: range.end.valueOf() }
@@ -782,8 +832,10 @@ function route() {
     show("admin");
     showAdmin().catch(failed);
   } else {
+    // #/timeline/720: a view of that many hours around now (links, the benchmark).
     show("timeline");
-    if (!tl.timeline) drawTimeline(visibleWindow(168)).catch(failed);
+    const hours = Number(id) > 0 ? Number(id) : 168;
+    if (!tl.timeline || id) drawTimeline(visibleWindow(hours)).catch(failed);
     else tl.timeline.redraw();
   }
 }

@@ -100,9 +100,13 @@ function toApi(date) {
   return shown(date);
 }
 
+// A project's colour: FNV-1a of its id, so each project keeps its colour across pages.
 function projectClass(project) {
-  let hash = 0;
-  for (const char of project) hash = (hash * 31 + char.charCodeAt(0)) >>> 0;
+  let hash = 0x811c9dc5;
+  for (const char of project) {
+    hash ^= char.charCodeAt(0);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
   return `p${hash % PROJECT_COLOURS}`;
 }
 
@@ -281,6 +285,14 @@ async function drawTimeline(window) {
   const { groups, items, now, data } = await loadTimeline(loadStart, loadEnd);
   tl.all = { groups, items };
   const page = rowsPage();
+  container.dataset.state = "drawing";
+  const drawn = () =>
+    requestAnimationFrame(() => {
+      container.dataset.bars = String(data.bars.length);
+      container.dataset.resources = String(data.resources.length);
+      container.dataset.drawMs = String(Math.round(performance.now() - started));
+      container.dataset.state = "drawn";
+    });
   if (!tl.timeline) {
     tl.timeline = new Timeline(container, new DataSet(page.items), new DataSet(page.groups), {
       stack: false,
@@ -298,6 +310,8 @@ async function drawTimeline(window) {
       template: barTemplate,
       groupTemplate,
       tooltip: { followMouse: true, template: tooltip, delay: 100 },
+      // The first draw is hidden until vis-timeline has laid it out, then this is called.
+      onInitialDrawComplete: drawn,
     });
     tl.timeline.addCustomTime(now, "now");
     tl.timeline.setCustomTimeMarker("now", "now", false);
@@ -311,19 +325,20 @@ async function drawTimeline(window) {
     tl.timeline.on("doubleClick", (props) => openBar(props.item));
     tl.timeline.on("select", (props) => openBar(props.items[0]));
   } else {
+    // Later draws come in steps, each ending with "changed": drawn once every row is there.
+    const rowsDrawn = () => {
+      if (container.querySelectorAll(".vis-labelset .vis-label").length < page.groups.length) {
+        return;
+      }
+      tl.timeline.off("changed", rowsDrawn);
+      drawn();
+    };
+    tl.timeline.on("changed", rowsDrawn);
     tl.timeline.setData({ groups: new DataSet(page.groups), items: new DataSet(page.items) });
     tl.timeline.setCustomTime(now, "now");
     tl.timeline.setWindow(window.start, window.end, { animation: false });
   }
-  container.dataset.state = "drawing";
-  tl.timeline.once("changed", () =>
-    requestAnimationFrame(() => {
-      container.dataset.bars = String(data.bars.length);
-      container.dataset.resources = String(data.resources.length);
-      container.dataset.drawMs = String(Math.round(performance.now() - started));
-      container.dataset.state = "drawn";
-    }),
-  );
+
   drawCapacity(window).catch(failed);
 }
 

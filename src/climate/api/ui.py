@@ -71,7 +71,10 @@ def timeline(
                 for r in found.resources
             ],
             "leases": [lease._asdict() for lease in found.leases],
-            "bars": [bar._asdict() for bar in found.bars],
+            "bars": [
+                {"resource": r, "start": s, "end": e, "amount": a, "lease": lease}
+                for r, s, e, a, lease in found.bars
+            ],
         }
     }
     return Response(to_json(answer), media_type="application/json")

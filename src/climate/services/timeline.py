@@ -37,15 +37,10 @@ class LeaseRef(NamedTuple):
     status: str
 
 
-class Bar(NamedTuple):
-    resource: int
-    """Index into ``TimelineData.resources``."""
-    start: int
-    """Seconds since the epoch, as ``end``."""
-    end: int
-    amount: int
-    lease: int | None
-    """Index into ``TimelineData.leases``; None: a booking the caller may not read."""
+Bar = tuple[int, int, int, int, int | None]
+"""One allocation drawn: index into ``TimelineData.resources``, start and end (seconds since
+the epoch), amount (as ``db.timeline.Allocation``'s), and index into ``TimelineData.leases``
+(None: a booking the caller may not read)."""
 
 
 @dataclass(frozen=True)
@@ -104,15 +99,15 @@ class TimelineService:
         index = {r.id: i for i, r in enumerate(resources)}
         leases: list[LeaseRef] = []
         lease_index: dict[str, int] = {}
-        bars = []
-        for a in found:
+        bars: list[Bar] = []
+        for resource, begins, ends, amount, lease_id, name, project, status in found:
             place = None
-            if scope is None or (own and a.project_id == scope):
-                place = lease_index.get(a.lease_id)
+            if scope is None or (own and project == scope):
+                place = lease_index.get(lease_id)
                 if place is None:
-                    place = lease_index[a.lease_id] = len(leases)
-                    leases.append(LeaseRef(a.lease_id, a.lease_name, a.project_id, a.status))
-            bars.append(Bar(index[a.resource_id], a.start, a.end, a.amount, place))
+                    place = lease_index[lease_id] = len(leases)
+                    leases.append(LeaseRef(lease_id, name, project, status))
+            bars.append((index[resource], begins, ends, amount, place))
         return TimelineData(resource_type, start, end, now, resources, leases, bars)
 
     def feed(self, actor: Actor, project_id: str | None = None) -> list[rows.LeaseRow]:

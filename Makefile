@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench screenshot clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: lint
 
 bench: install
 	$(BIN)/python -m bench
+
+# docs/img/dashboard.png, the dashboard as README shows it (needs /usr/bin/chromium).
+screenshot: install
+	$(BIN)/python -m bench.screenshot
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

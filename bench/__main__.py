@@ -26,6 +26,7 @@ from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
 from bench.stats import fmt, jsonable, percentile, table
 from bench.targets import Target
 from bench.throughput import print_throughput, run_all, throughput_targets
+from bench.ui import print_ui, run_ui, ui_targets
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LAT_HEADERS = ("", "n", "median", "p95", "p99", "max", "mean")
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
             "mixed",
             "openstack",
             "limit",
+            "ui",
             "all",
         ],
         default="all",
@@ -466,6 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_limit(limit)
         targets += limit_targets(limit)
         results["scenarios"]["limit"] = limit
+    if args.scenario in ("ui", "all"):
+        ui = run_ui()
+        print_ui(ui)
+        targets += ui_targets(ui)
+        results["scenarios"]["ui"] = ui
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

@@ -72,7 +72,8 @@ def test_every_operation_answers_with_bodies_and_statuses_it_can_really_give(app
                 if status == "204":
                     assert "content" not in response
                 else:
-                    assert "application/json" in response["content"], (method, path, status)
+                    media = "text/calendar" if path.endswith(".ics") and status == "200" else None
+                    assert (media or "application/json") in response["content"], (path, status)
     assert "HTTPValidationError" not in spec["components"]["schemas"]
 
 
@@ -133,6 +134,9 @@ class Conformance:
         content = responses[str(status)].get("content")
         if content is None:
             assert response.content == b""
+        elif "text/calendar" in content:
+            assert response.headers["content-type"].startswith("text/calendar")
+            assert response.text.startswith("BEGIN:VCALENDAR\r\n")
         else:
             assert response.headers["content-type"] == "application/json"
             schema = {**content["application/json"]["schema"], **self.spec}
@@ -241,6 +245,12 @@ def call_every_operation(call: Conformance) -> None:
     timeline = {"start": window["search_start"], "end": window["search_end"]}
     call("GET", "/v1/availability/timeline", 200, params=timeline)
     call("GET", "/v1/availability/timeline", 400, params={"end": "soon"})
+    call("GET", "/v1/timeline", 200, params=timeline)
+    call("GET", "/v1/timeline", 200, params=timeline, headers=MEMBER)
+    call("GET", "/v1/timeline", 400, params={"resource_type": "x"})
+    call("GET", "/v1/timeline", 401, headers={"X-User-Id": "alice"})
+    call("GET", "/v1/leases.ics", 200)
+    call("GET", "/v1/leases.ics", 200, headers=MEMBER)
     call("DELETE", "/v1/os-hosts/{host_id}", 409, at={"host_id": host_id})
     call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
     call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})

@@ -28,6 +28,7 @@ from climate.api import (
     reservations,
     series,
     templates,
+    ui,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
@@ -142,6 +143,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(items.pools)
     app.include_router(instances.router)
     app.include_router(power.router)
+    ui.install(app, ctx)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)

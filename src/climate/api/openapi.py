@@ -19,6 +19,7 @@ from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.api.schemas.power import PowerAnswer
+from climate.api.schemas.ui import TimelineAnswer
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -1257,6 +1258,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 
 SCHEMAS.update(ITEM_SCHEMAS)
 SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer))
+SCHEMAS.update(_pydantic_schemas(TimelineAnswer))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1311,6 +1313,8 @@ _ANSWERS: dict[str, JsonSchema] = {
     "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
     "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
     "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
+    "dashboard_timeline": _ref("TimelineAnswer"),
+    "calendar": {"type": "string", "description": "an iCalendar document (RFC 5545)"},
     **{
         key: value
         for kind in (DEVICES, NETWORKS, FLOATING_IPS)
@@ -1375,10 +1379,15 @@ class Operation:
         }
 
 
+_MEDIA_TYPES = {"calendar": "text/calendar"}
+"""Answers that are not JSON."""
+
+
 def _response(description: str, answer: str | None) -> dict[str, Any]:
     response: dict[str, Any] = {"description": description, "headers": RESPONSE_HEADERS}
     if answer is not None:
-        response["content"] = {"application/json": {"schema": _ANSWERS[answer]}}
+        media_type = _MEDIA_TYPES.get(answer, "application/json")
+        response["content"] = {media_type: {"schema": _ANSWERS[answer]}}
     return response
 
 
@@ -1488,6 +1497,8 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
+    ("GET", "/v1/timeline"): Operation((200, "dashboard_timeline"), _V1),
+    ("GET", "/v1/leases.ics"): Operation((200, "calendar"), _V1),
 }
 
 

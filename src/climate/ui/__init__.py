@@ -1,0 +1,1 @@
+"""The web dashboard's files (``static/``), served at /ui by ``climate.api.ui``."""

@@ -1,0 +1,257 @@
+"""The dashboard in a real browser (Debian's Chromium through Playwright) against a live
+Climate: seeded leases on the timeline, a lease made through the form, a counter-offer taken,
+a lease extended and deleted, a member who sees another project's booking only as busy, markup
+in names shown as text, and nothing fetched from anywhere but Climate. Screenshots go to
+tests/ui/artifacts/ (each path is printed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, expect
+
+from climate.config import Settings
+from tests.conftest import LiveServer
+from tests.test_auth import client, created, issue, token_server
+from tests.ui.browser import Watched, chromium, require_chromium, watched
+
+ALICE = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
+BOB = {"X-Project-Id": "project-b", "X-User-Id": "bob", "X-Roles": "member"}
+MARKUP = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    require_chromium()
+    with chromium() as found:
+        yield found
+
+
+def minute(offset: dt.timedelta) -> dt.datetime:
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    return now + offset
+
+
+def field(when: dt.datetime) -> str:
+    """The value of a datetime-local field (the page takes them as UTC)."""
+    return when.strftime("%Y-%m-%dT%H:%M")
+
+
+def lease(name: str, start: dt.datetime, end: dt.datetime, count: int = 1) -> dict[str, Any]:
+    return {
+        "name": name,
+        "start_date": start.strftime("%Y-%m-%d %H:%M"),
+        "end_date": end.strftime("%Y-%m-%d %H:%M"),
+        "reservations": [{"resource_type": "physical:host", "min": count, "max": count}],
+        "events": [],
+    }
+
+
+def hosts(http: httpx.Client, *names: str) -> None:
+    for name in names:
+        created(http.post("/v1/os-hosts", json={"name": name, "rack": "r1"}), "host")
+
+
+def opened(browser: Browser, server: LiveServer, path: str = "#/timeline") -> Watched:
+    seen = watched(browser, server.url)
+    seen.page.goto(f"{server.url}/ui/{path}")
+    return seen
+
+
+def drawn(seen: Watched) -> None:
+    expect(seen.page.locator("#timeline")).to_have_attribute("data-state", "drawn")
+    expect(seen.page.locator("#capacity")).to_have_attribute("data-state", "drawn")
+
+
+def clean(seen: Watched) -> None:
+    assert seen.blocked == [], f"the page asked for other hosts: {seen.blocked}"
+    assert seen.errors == [], seen.errors
+
+
+def test_seeded_leases_on_the_timeline_offline(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin, client(live_sqlite, BOB) as bob:
+        hosts(admin, "compute-1", "compute-2", "compute-3")
+        created(
+            admin.post("/v1/leases", json=lease("training", minute(HOUR), minute(DAY))), "lease"
+        )
+        created(
+            bob.post("/v1/leases", json=lease("bob-batch", minute(2 * HOUR), minute(2 * DAY))),
+            "lease",
+        )
+    seen = opened(browser, live_sqlite)
+    drawn(seen)
+    page = seen.page
+    expect(page.locator(".vis-label")).to_have_count(3)
+    expect(page.locator(".vis-item.bar", has_text="training")).to_be_visible()
+    expect(page.locator(".vis-item.bar", has_text="bob-batch")).to_be_visible()
+    expect(page.locator(".vis-item.vis-background.free")).to_have_count(1)
+    expect(page.locator(".vis-custom-time.now")).to_have_count(1)
+    page.locator(".vis-item.bar", has_text="training").hover()
+    expect(page.locator(".vis-tooltip")).to_contain_text("project admin")
+    seen.shot("timeline-admin")
+    page.click("text=month")
+    expect(page.locator("#timeline")).to_have_attribute("data-state", "drawn")
+    page.click("a[data-view=leases]")
+    expect(page.locator("#lease-table tbody tr")).to_have_count(2)
+    page.click("a[data-view=admin]")
+    expect(page.locator("#admin-table tbody tr")).to_have_count(3)
+    expect(page.locator("#admin-table")).to_contain_text("rack")
+    seen.shot("inventory")
+    clean(seen)
+    assert page.evaluate("performance.getEntriesByType('resource').length") > 3
+
+
+def test_create_a_lease_through_the_form(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+    seen = opened(browser, live_sqlite, "#/new")
+    page = seen.page
+    page.fill("#new-name", "from-the-form")
+    page.fill("#new-start", field(minute(HOUR)))
+    page.fill("#new-end", field(minute(3 * HOUR)))
+    page.click("#new-create")
+    expect(page.locator("#lease-title")).to_have_text("from-the-form")
+    expect(page.locator("#lease-reservations")).to_contain_text("physical:host")
+    expect(page.locator("#lease-events tbody tr")).to_have_count(3)
+    expect(page.locator("#lease-history")).to_contain_text("create")
+    seen.shot("lease-page")
+    page.click("a[data-view=timeline]")
+    drawn(seen)
+    expect(page.locator(".vis-item.bar", has_text="from-the-form")).to_be_visible()
+    clean(seen)
+
+
+def test_take_a_counter_offer(browser: Browser, live_sqlite: LiveServer) -> None:
+    busy_until = minute(4 * HOUR)
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+        created(admin.post("/v1/leases", json=lease("first", minute(HOUR), busy_until)), "lease")
+    seen = opened(browser, live_sqlite, "#/new")
+    page = seen.page
+    page.fill("#new-name", "second")
+    page.fill("#new-start", field(minute(2 * HOUR)))
+    page.fill("#new-end", field(minute(3 * HOUR)))
+    page.click("#new-suggest")
+    expect(page.locator("#new-windows li").first).to_contain_text(
+        busy_until.strftime("%Y-%m-%d %H:%M")
+    )
+    page.click("#new-create")
+    refusal = page.locator("#new-refusal")
+    expect(refusal).to_contain_text("not enough hosts")
+    expect(refusal).to_contain_text("too_few_free")
+    seen.shot("refusal-and-offers")
+    page.click("#new-refusal button[data-kind=later_start]")
+    expect(page.locator("#lease-title")).to_have_text("second")
+    with client(live_sqlite) as admin:
+        [taken] = [x for x in admin.get("/v1/leases").json()["leases"] if x["name"] == "second"]
+    assert taken["start_date"].startswith(busy_until.strftime("%Y-%m-%dT%H:%M"))
+    clean(seen)
+
+
+def test_extend_shrink_and_delete_a_lease(browser: Browser, live_sqlite: LiveServer) -> None:
+    end = minute(3 * HOUR)
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+        made = created(admin.post("/v1/leases", json=lease("grow", minute(HOUR), end)), "lease")
+    seen = opened(browser, live_sqlite, f"#/lease/{made['id']}")
+    page = seen.page
+    expect(page.locator("#lease-title")).to_have_text("grow")
+    page.click("#lease-extend")
+    expect(page.locator("#status")).to_have_text("lease updated")
+    expect(page.locator("#lease-end")).to_have_value(field(end + HOUR))
+    seen.shot("lease-extended")
+    with client(live_sqlite) as admin:
+        shown = admin.get(f"/v1/leases/{made['id']}").json()["lease"]
+        assert shown["end_date"].startswith((end + HOUR).strftime("%Y-%m-%dT%H:%M"))
+    page.click("#lease-shrink")
+    expect(page.locator("#lease-end")).to_have_value(field(end))
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#lease-delete")
+    expect(page.locator("#status")).to_have_text("lease deleted")
+    with client(live_sqlite) as admin:
+        assert admin.get(f"/v1/leases/{made['id']}").status_code == 404
+    clean(seen)
+
+
+def test_a_member_sees_another_projects_booking_only_as_busy(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        tokens = {
+            name: issue(server, name, project, roles)
+            for name, project, roles in (
+                ("ops", "ops", ["admin"]),
+                ("alice", "project-a", ["member"]),
+                ("bob", "project-b", ["member"]),
+            )
+        }
+        with (
+            client(server, {"X-Auth-Token": tokens["ops"]}) as admin,
+            client(server, {"X-Auth-Token": tokens["alice"]}) as alice,
+            client(server, {"X-Auth-Token": tokens["bob"]}) as bob,
+        ):
+            hosts(admin, "compute-1", "compute-2")
+            mine = created(
+                alice.post("/v1/leases", json=lease("alice-run", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+            theirs = created(
+                bob.post("/v1/leases", json=lease("bob-secret-name", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = opened(browser, server)
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        page.fill("#token-input", tokens["alice"])
+        page.click("#login-form button[type=submit]")
+        drawn(seen)
+        expect(page.locator(".vis-item.bar", has_text="alice-run")).to_be_visible()
+        busy = page.locator(".vis-item.bar.busy")
+        expect(busy).to_have_count(1)
+        expect(busy).to_have_text("busy")
+        busy.hover()
+        expect(page.locator(".vis-tooltip")).to_contain_text("booked by another project")
+        seen.shot("timeline-member")
+        assert page.evaluate("sessionStorage.getItem('climate-token')") == tokens["alice"]
+        expect(page.locator("#nav-admin")).to_be_hidden()
+        page.locator(".vis-item.bar", has_text="alice-run").click()
+        expect(page.locator("#lease-title")).to_have_text("alice-run")
+        assert mine["id"] in page.content()
+        page.click("a[data-view=leases]")
+        expect(page.locator("#lease-table tbody tr")).to_have_count(1)
+        page.click("a[data-view=timeline]")
+        drawn(seen)
+        text = page.content() + page.evaluate("JSON.stringify(sessionStorage)")
+        for secret in ("bob-secret-name", theirs["id"], "project-b", "compute-1"):
+            assert secret not in text, secret
+        clean(seen)
+
+
+def test_markup_in_names_is_shown_as_text(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin:
+        created(admin.post("/v1/os-hosts", json={"name": "compute-1", "note": MARKUP}), "host")
+        made = created(
+            admin.post("/v1/leases", json=lease(MARKUP, minute(HOUR), minute(DAY))), "lease"
+        )
+    seen = opened(browser, live_sqlite)
+    drawn(seen)
+    page = seen.page
+    expect(page.locator(".vis-item.bar", has_text=MARKUP)).to_be_visible()
+    page.goto(f"{live_sqlite.url}/ui/#/lease/{made['id']}")
+    expect(page.locator("#lease-title")).to_have_text(MARKUP)
+    page.click("a[data-view=leases]")
+    expect(page.locator("#lease-table tbody")).to_contain_text(MARKUP)
+    page.click("a[data-view=admin]")
+    expect(page.locator("#admin-table tbody")).to_contain_text(MARKUP)
+    seen.shot("markup-as-text")
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("main img, main b").count() == 0
+    clean(seen)
+
+
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)

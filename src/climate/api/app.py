@@ -25,6 +25,7 @@ from climate.api import (
     openapi,
     operations,
     reservations,
+    schemas,
     series,
     templates,
 )
@@ -151,9 +152,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
-        return error_body(400, f"{field or 'request'}: {first.get('msg')}", "INVALID_INPUT")
+        return error_body(400, schemas.error_message(exc.errors()), "INVALID_INPUT")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

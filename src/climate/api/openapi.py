@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
+from climate.api.schemas import schemas as request_models
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -449,42 +450,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             ),
         },
     ),
-    "LeaseCreate": {
-        "type": "object",
-        "properties": {
-            **_LEASE_FIELDS,
-            "reservations": {
-                "type": "array",
-                "minItems": 1,
-                "items": _ref("AnyReservationCreate"),
-            },
-            **_FLEXIBLE_FIELDS,
-            **_LEASE_TYPE_FIELDS,
-        },
-        "required": ["name", "reservations"],
-        "anyOf": [{"required": ["end_date"]}, {"required": ["latest_end", "duration"]}],
-        "description": "fixed dates (start_date, end_date) or a flexible window (earliest_start, "
-        "latest_end, duration), not both",
-        "additionalProperties": False,
-        "examples": [
-            {
-                "name": "gpu-training",
-                "start_date": "2031-06-01 09:00",
-                "end_date": "2031-06-01 17:00",
-                "reservations": [
-                    {
-                        "resource_type": "physical:host",
-                        "min": 1,
-                        "max": 1,
-                        "hypervisor_properties": "",
-                        "resource_properties": "",
-                        "before_end": "default",
-                    }
-                ],
-                "events": [],
-            }
-        ],
-    },
     "ReservationCreate": {
         "type": "object",
         "properties": {
@@ -494,16 +459,6 @@ SCHEMAS: dict[str, JsonSchema] = {
         "required": ["resource_type"],
         "additionalProperties": False,
         "description": "min and max are required, directly or through count_range",
-    },
-    "LeaseUpdate": {
-        "type": "object",
-        "properties": {
-            **_LEASE_FIELDS,
-            "reservations": {"type": "array", "items": _ref("AnyReservationUpdate")},
-        },
-        "minProperties": 1,
-        "additionalProperties": False,
-        "examples": [{"end_date": "2031-06-01 18:00", "events": []}],
     },
     "ReservationUpdate": {
         "type": "object",
@@ -1418,7 +1373,6 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/leases"): Operation(
         (201, "created"),
         _V1 | _WRITE,
-        "LeaseCreate",
         creates=("lease_id", "/lease/id"),
         also=((200, "dry_run"),),
     ),
@@ -1426,7 +1380,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         (201, "from_template"), _V1 | _WRITE, "LeaseFromTemplate"
     ),
     ("GET", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE),
-    ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE, "LeaseUpdate"),
+    ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE),
     ("DELETE", "/v1/leases/{lease_id}"): Operation((204, None), _ONE),
     ("POST", "/v1/leases/{lease_id}/retry"): Operation((200, "lease"), _ONE | {409}),
     ("POST", "/v1/leases/{lease_id}/confirm"): Operation((200, "lease"), _ONE | {409}),
@@ -1511,6 +1465,7 @@ def document(app: FastAPI) -> dict[str, Any]:
     for generated in ("HTTPValidationError", "ValidationError"):
         schemas.pop(generated, None)
     schemas.update(SCHEMAS)
+    schemas.update(request_models())
     return spec
 
 

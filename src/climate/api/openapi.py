@@ -45,7 +45,7 @@ from climate.resources.items import (
 )
 from climate.resources.volumes import VolumeType
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
-from climate.services.hosts import INT_COLUMNS, MAX_INT, READ_ONLY, TEXT_COLUMNS
+from climate.services.hosts import INT_COLUMNS, MAX_INT, TEXT_COLUMNS
 from climate.services.leases import MAX_REMINDERS
 from climate.services.series import MAX_OCCURRENCES, NAME_ROOM, Conflicts
 
@@ -420,13 +420,13 @@ SCHEMAS: dict[str, JsonSchema] = {
             {
                 "error_code": {"type": "integer", "description": "the HTTP status"},
                 "error_message": {"type": "string", "description": "for 4xx, names the field"},
-                "error_name": {"type": "string", "examples": ["INVALID_INPUT", "NOT_FOUND"]},
+                "error_name": {"type": "integer", "description": "the HTTP status, as Blazar"},
                 "reason": _ref("RefusalReason"),
                 "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
                 "conflicts": {"type": "array", "items": _ref("SkippedOccurrence")},
             },
             description="Blazar's error body; a refused lease or lease update "
-            "(409 NOT_ENOUGH_RESOURCES_AVAILABLE) adds reason and offers (docs/admission.md)",
+            "(409, not enough resources) adds reason and offers (docs/admission.md)",
         ),
         "required": ["error_code", "error_message", "error_name"],
     },
@@ -559,34 +559,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             "updated_at": _nullable(STAMP_STRING),
         }
     ),
-    "HostCreate": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
-            **_HOST_FIELDS,
-        },
-        "required": ["name"],
-        "additionalProperties": EXTRA_VALUE,
-        "propertyNames": {
-            "minLength": 1,
-            "maxLength": PROPERTY_NAME_LENGTH,
-            "not": {"enum": sorted(READ_ONLY - {"name"})},
-        },
-        "examples": [{"name": "compute-1", "gpu": "a100", "rack": "r1"}],
-    },
-    "HostUpdate": {
-        "type": "object",
-        "properties": _HOST_FIELDS,
-        "additionalProperties": _nullable(EXTRA_VALUE),
-        "propertyNames": {
-            "minLength": 1,
-            "maxLength": PROPERTY_NAME_LENGTH,
-            "not": {"enum": sorted(READ_ONLY)},
-        },
-        "minProperties": 1,
-        "description": "an extra property set to null is removed",
-        "examples": [{"rack": "r2"}],
-    },
     "Host": _record(
         {
             "id": {"type": "string", "pattern": "^[0-9]+$"},
@@ -644,12 +616,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             "description": "names only, or with privacy and values when detail=True",
         },
     ),
-    "PropertyUpdate": {
-        "type": "object",
-        "properties": {"private": {"type": "boolean"}},
-        "required": ["private"],
-        "examples": [{"private": True}],
-    },
     "LeaseFromTemplate": {
         "type": "object",
         "properties": {
@@ -1336,7 +1302,13 @@ def _response(description: str, answer: str | None) -> dict[str, Any]:
 
 
 def _error_response(status: int) -> dict[str, Any]:
-    schema = {"allOf": [_ref("Error"), {"properties": {"error_code": {"const": status}}}]}
+    status_is = {"const": status}
+    schema = {
+        "allOf": [
+            _ref("Error"),
+            {"properties": {"error_code": status_is, "error_name": status_is}},
+        ]
+    }
     return {
         "description": ERROR_MEANINGS[status],
         "headers": RESPONSE_HEADERS,
@@ -1401,15 +1373,13 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/lease-series/{series_id}"): Operation((204, None), _ONE),
     ("GET", "/v1/os-hosts"): Operation((200, "hosts"), _V1),
     ("POST", "/v1/os-hosts"): Operation(
-        (201, "host"), _V1 | _WRITE, "HostCreate", creates=("host_id", "/host/id")
+        (201, "host"), _V1 | _WRITE, creates=("host_id", "/host/id")
     ),
     ("GET", "/v1/os-hosts/allocations"): Operation((200, "allocations"), _V1),
     ("GET", "/v1/os-hosts/properties"): Operation((200, "properties"), _V1),
-    ("PATCH", "/v1/os-hosts/properties/{name}"): Operation(
-        (200, "property"), _ONE | {413}, "PropertyUpdate"
-    ),
+    ("PATCH", "/v1/os-hosts/properties/{name}"): Operation((200, "property"), _ONE | {413}),
     ("GET", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE),
-    ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}, "HostUpdate"),
+    ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}),
     ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
     ("PUT", "/v1/os-hosts/{host_id}/health"): Operation(

@@ -105,7 +105,9 @@ def _parse_utc(field: str, value: str, text: str) -> dt.datetime:
         return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
     except ValueError as exc:
         raise InvalidInput(
-            field, f"{value!r} is not a date; use 'YYYY-MM-DD HH:MM' (UTC) or ISO 8601"
+            field,
+            f"{inputs.printable(value)} is an invalid date. Required format: %Y-%m-%d %H:%M "
+            "(or ISO 8601; UTC without an offset)",
         ) from exc
     except OverflowError as exc:  # e.g. 9999-12-31T23:00-05:00 is past datetime.max in UTC
         raise InvalidInput(field, f"{value!r} is out of range") from exc
@@ -227,10 +229,9 @@ def series_request(body: Mapping[str, Any]) -> SeriesRequest:
 
 
 def _series_reservations(value: object) -> list[ReservationRequest]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidInput("reservations", "must be a list")
+    """A series reserves something (a lease may have no reservations, as in Blazar)."""
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("reservations", "a series needs a list of at least one reservation")
     found = []
     for i, item in enumerate(value):
         if not isinstance(item, dict):

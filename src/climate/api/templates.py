@@ -84,6 +84,9 @@ def create_lease_from_template(
         flavors,
         _files(fields.pop("files", None)),
     )
+    if not reservations:
+        # A lease may have none (as in Blazar), but a template's lease is for its resources.
+        raise InvalidInput("template", f"reserves nothing ({'; '.join(warnings) or 'empty'})")
     request = validated(LeaseCreate, {**fields, "reservations": reservations}).request()
     lease = services.leases.create(actor, request)
     return JSONResponse({"lease": wire.lease(lease), "warnings": warnings}, status_code=201)

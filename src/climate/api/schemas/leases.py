@@ -208,9 +208,9 @@ class LeaseCreate(LeaseFields):
                 if fixed in data:
                     raise InvalidInput(instead, f"cannot be combined with {fixed}")
             for required in ("latest_end", "duration"):
-                if required not in data:
+                if data.get(required) is None:
                     raise InvalidInput(required, "required with a flexible window")
-        elif "end_date" not in data:
+        elif data.get("end_date") is None:
             raise InvalidInput("end_date", "Missing parameter end_date")
         if "hold" in data and "hold_minutes" in data:
             raise InvalidInput("hold_minutes", "give either hold or hold_minutes")

@@ -399,7 +399,7 @@ def print_mixed(result: dict[str, Any]) -> None:
         )
     print(
         table(
-            ("operation", "n", "p50", "p95", "p99", "max", "statuses", "409 by error_name"),
+            ("operation", "n", "p50", "p95", "p99", "max", "statuses", "409 by kind"),
             rows,
             indent="    ",
             align="lrrrrrll",

@@ -9,7 +9,7 @@ GPU hosts, some for more GPU hosts than the H hosts have, which are refused), li
 updates (extend, shrink, rename), deletes of the thread's own leases, availability searches,
 allocation lists and capacity timelines. Creations outnumber deletions, so the database grows
 while it runs. Every request is recorded as
-``[operation, status, started, finished, error_name]`` (seconds since the run began; status 0 is
+``[operation, status, started, finished, error kind]`` (seconds since the run began; status 0 is
 a transport error) and written with the client's own CPU time as JSON to PATH.
 """
 
@@ -121,7 +121,7 @@ class Worker:
                 answer = json.loads(raw)
             except ValueError:
                 answer = None
-        error = answer.get("error_name", "") if isinstance(answer, dict) and status >= 400 else ""
+        error = _kind(answer) if isinstance(answer, dict) and status >= 400 else ""
         self.records.append([operation, status, started - self.began, finished - self.began, error])
         return answer if status < 300 else None
 
@@ -282,3 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _kind(answer: dict[str, Any]) -> str:
+    """What an error was: a capacity refusal explains itself with ``reason``; anything else
+    by the start of its message (``error_name`` is only the status, as Blazar)."""
+    return "capacity" if "reason" in answer else str(answer.get("error_message", ""))[:40]

@@ -21,7 +21,6 @@ from bench.server import RunningServer
 from bench.stats import percentile, summary
 from bench.targets import Target
 
-CAPACITY_ERROR = "NOT_ENOUGH_RESOURCES_AVAILABLE"
 HTTP_TIMEOUT = 60.0
 EVENT_LAG_GOAL_MS = 100.0
 """Issue 3: with 1,000 leases starting together, every start and end event applied within
@@ -140,11 +139,13 @@ def run_create(
                 latencies.append((time.perf_counter() - t0) * 1000.0)
                 if response.status_code == 201:
                     outcomes.append("admitted")
-                elif response.status_code == 409 and _error_name(response) == CAPACITY_ERROR:
+                elif response.status_code == 409 and "reason" in _error(response):
                     outcomes.append("refused")
                 else:
                     outcomes.append("error")
-                    other_errors[f"{response.status_code} {_error_name(response)}"] += 1
+                    other_errors[
+                        f"{response.status_code} {_error(response).get('error_message')}"
+                    ] += 1
             elapsed = time.perf_counter() - began
     counts = Counter(outcomes)
     tenth = max(len(latencies) // 10, 1)
@@ -182,11 +183,13 @@ def run_create(
     }
 
 
-def _error_name(response: httpx.Response) -> str:
+def _error(response: httpx.Response) -> dict[str, Any]:
+    """An error body (a capacity refusal explains itself with ``reason``), or {}."""
     try:
-        return str(response.json().get("error_name", ""))
+        body = response.json()
     except ValueError:
-        return ""
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 # -- scenario "events" ---------------------------------------------------------------------------

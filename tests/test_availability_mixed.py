@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from climate.api.app import create_app
 from climate.api.openapi import document
-from climate.api.parsing import lease_request
+from climate.api.schemas.leases import LeaseCreate
 from climate.errors import NotEnoughCapacity
 from climate.planner.availability import (
     HostPlacer,
@@ -778,9 +778,13 @@ def test_a_refused_instance_lease_is_offered_later_fewer_and_shorter(
     assert "min" not in fewer["lease"]["reservations"][0]
     assert offers["shorter"]["lease"]["end_date"] == "2030-01-01T13:00:00.000000"
     for offer in details["offers"]:
-        dry = leases.create(ALICE, lease_request({**offer["lease"], "dry_run": True}))
+        dry = leases.create(
+            ALICE, LeaseCreate.model_validate({**offer["lease"], "dry_run": True}).request()
+        )
         assert sum(a.count for a in dry.reservations[0].instance_allocations) >= 1
-    accepted = leases.create(ALICE, lease_request(offers["later_start"]["lease"]))
+    accepted = leases.create(
+        ALICE, LeaseCreate.model_validate(offers["later_start"]["lease"]).request()
+    )
     assert sum(a.count for a in accepted.reservations[0].instance_allocations) == 2
 
 
@@ -814,4 +818,4 @@ def test_a_refused_lease_of_addresses_and_a_volume_is_offered_a_later_start_only
     assert offer["kind"] == "later_start"
     assert offer["lease"]["start_date"] == "2030-01-01T15:00:00.000000"
     assert [r.get("amount") for r in offer["lease"]["reservations"]] == [1, 1]
-    assert leases.create(ALICE, lease_request(offer["lease"])).reservations
+    assert leases.create(ALICE, LeaseCreate.model_validate(offer["lease"]).request()).reservations

@@ -133,7 +133,7 @@ def test_retry_and_force_end_are_refused_to_members_unknown_and_healthy_leases(
         for action in ("retry", "force-end"):
             refused = httpx.post(f"{live.url}/v1/leases/{lease_id}/{action}", headers=MEMBER)
             assert refused.status_code == 403
-            assert refused.json()["error_name"] == "FORBIDDEN"
+            assert refused.json()["error_name"] == 403
             unknown = httpx.post(f"{live.url}/v1/leases/no-such-lease/{action}")
             assert unknown.status_code == 404
             assert unknown.json()["error_message"] == "Lease no-such-lease could not be found"

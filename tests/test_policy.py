@@ -165,7 +165,7 @@ def test_a_policy_file_can_deny_lease_creation(
         assert body == {
             "error_code": 403,
             "error_message": "Policy doesn't allow blazar:leases:post to be performed.",
-            "error_name": "FORBIDDEN",
+            "error_name": 403,
         }
         assert_error(admin.post("/v1/leases", json=lease_body("y")), 403)
         assert ids(alice.get("/v1/leases")) == set()

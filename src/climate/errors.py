@@ -1,7 +1,7 @@
 """The one exception tree of Climate.
 
-Every error knows its HTTP status and the Blazar error name it is rendered with; only the API
-layer turns them into responses::
+Every error knows its HTTP status and a name for the logs (Blazar's body repeats the status as
+``error_name``); only the API layer turns them into responses::
 
     ClimateError (500)
     ├── InvalidInput (400)          a field is missing, malformed or out of range

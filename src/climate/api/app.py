@@ -26,6 +26,7 @@ from climate.api import (
     operations,
     power,
     reservations,
+    schemas,
     series,
     templates,
     ui,
@@ -55,11 +56,10 @@ API_VERSION_HEADER = "OpenStack-API-Version"
 API_VERSION = "reservation 1.0"
 
 
-def error_body(
-    status: int, message: str, name: str, details: Mapping[str, Any] | None = None
-) -> JSONResponse:
-    """Blazar's error shape (the blazar CLI prints ``error_message``), with ``details`` added."""
-    body = {**(details or {}), "error_code": status, "error_message": message, "error_name": name}
+def error_body(status: int, message: str, details: Mapping[str, Any] | None = None) -> JSONResponse:
+    """Blazar's error shape (the blazar CLI prints ``error_message``; ``error_name`` is the
+    status again, as Blazar sends it), with ``details`` added."""
+    body = {**(details or {}), "error_code": status, "error_message": message, "error_name": status}
     return JSONResponse(body, status_code=status)
 
 
@@ -90,9 +90,7 @@ class OpenStackHeaders:
 
         # PostgreSQL cannot compare text with NUL in it: such an id or filter matches nothing.
         if "\x00" in scope["path"] or b"%00" in scope.get("query_string", b""):
-            response = error_body(
-                400, "path or query: must not contain NUL characters", "INVALID_INPUT"
-            )
+            response = error_body(400, "path or query: must not contain NUL characters")
             await response(scope, receive, send_with_headers)
             return
         try:
@@ -103,7 +101,7 @@ class OpenStackHeaders:
             LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
             if started:
                 raise
-            response = error_body(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
+            response = error_body(500, "Internal Server Error")
             await response(scope, receive, send_with_headers)
 
 
@@ -150,21 +148,18 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
-        response = error_body(exc.status, exc.message, exc.name, exc.details)
+        response = error_body(exc.status, exc.message, exc.details)
         if exc.status == 401:
             response.headers.update(app.state.authenticate.challenge)
         return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
-        return error_body(400, f"{field or 'request'}: {first.get('msg')}", "INVALID_INPUT")
+        return error_body(400, schemas.error_message(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
-        response = error_body(exc.status_code, str(exc.detail), names.get(exc.status_code, "ERROR"))
+        response = error_body(exc.status_code, str(exc.detail))
         if exc.status_code == 405:
             response.headers["Allow"] = openapi.allowed_methods(app, request.scope["path"])
         return response

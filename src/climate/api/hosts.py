@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, optional_date
+from climate.api.schemas import body, validated
+from climate.api.schemas.hosts import HostCreate, HostUpdate, PropertyUpdate, given
 from climate.errors import InvalidInput
 from climate.services.healing import MAX_REASON, HealReport
 from climate.services.hosts import HostAllocations
@@ -61,10 +63,10 @@ def list_hosts(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> J
     return JSONResponse({"hosts": [wire.host(h) for h in services.hosts.list_all(actor, page)]})
 
 
-@router.post("", status_code=201)
-def create_host(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
-    fields = json_object(body)
-    name = fields.pop("name", None)
+@router.post("", status_code=201, openapi_extra=body(HostCreate))
+def create_host(services: ServicesDep, actor: ActorDep, raw: BodyDep) -> JSONResponse:
+    fields = given(validated(HostCreate, raw))
+    name = fields.pop("name")
     host = services.hosts.create(actor, name, fields)
     return JSONResponse({"host": wire.host(host)}, status_code=201)
 
@@ -111,11 +113,12 @@ def list_properties(
     return JSONResponse({"resource_properties": body})
 
 
-@router.patch("/properties/{name}")
+@router.patch("/properties/{name}", openapi_extra=body(PropertyUpdate))
 def update_property(
-    services: ServicesDep, actor: ActorDep, name: str, body: BodyDep
+    services: ServicesDep, actor: ActorDep, name: str, raw: BodyDep
 ) -> JSONResponse:
-    setting = services.hosts.set_property_private(actor, name, json_object(body).get("private"))
+    wanted = validated(PropertyUpdate, raw)
+    setting = services.hosts.set_property_private(actor, name, wanted.private)
     return JSONResponse(
         {
             "resource_property": {
@@ -135,11 +138,9 @@ def show_host(services: ServicesDep, actor: ActorDep, host_id: str) -> JSONRespo
     return JSONResponse({"host": wire.host(services.hosts.get(actor, host_id))})
 
 
-@router.put("/{host_id}")
-def update_host(
-    services: ServicesDep, actor: ActorDep, host_id: str, body: BodyDep
-) -> JSONResponse:
-    host = services.hosts.update(actor, host_id, json_object(body))
+@router.put("/{host_id}", openapi_extra=body(HostUpdate))
+def update_host(services: ServicesDep, actor: ActorDep, host_id: str, raw: BodyDep) -> JSONResponse:
+    host = services.hosts.update(actor, host_id, given(validated(HostUpdate, raw)))
     return JSONResponse({"host": wire.host(host)})
 
 

@@ -10,8 +10,10 @@ from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
-from climate.api.parsing import json_object, lease_changes, lease_request
+from climate.api.parsing import flag
 from climate.api.reservations import ActionsDep
+from climate.api.schemas import body, validated
+from climate.api.schemas.leases import LeaseCreate, LeaseUpdate
 from climate.db.tables import Lease
 from climate.domain.status import LeaseStatus
 from climate.services.leases import LeaseService
@@ -42,14 +44,14 @@ def _shown(service: LeaseService, leases: Sequence[Lease]) -> list[dict[str, Any
     return [wire.lease(lease, places.get(lease.id)) for lease in leases]
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, openapi_extra=body(LeaseCreate))
 def create_lease(
-    services: ServicesDep, actor: ActorDep, body: BodyDep, dry_run: str | None = None
+    services: ServicesDep, actor: ActorDep, raw: BodyDep, dry_run: str | None = None
 ) -> JSONResponse:
     """201 with the lease; a dry run (``?dry_run=true``) 200 with the lease it would be (a
     waiting one with the queue position it would take). A flexible window's request comes back
     as ``requested_window`` (as the lease also shows it)."""
-    request = lease_request(json_object(body), dry_run)
+    request = validated(LeaseCreate, raw).request(flag("dry_run", dry_run))
     if request.dry_run:
         trial = services.leases.dry_run(actor, request)
         lease, position = trial.lease, trial.queue_position
@@ -70,11 +72,11 @@ def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONRes
     return JSONResponse({"lease": shown})
 
 
-@router.put("/{lease_id}")
+@router.put("/{lease_id}", openapi_extra=body(LeaseUpdate))
 def update_lease(
-    services: ServicesDep, actor: ActorDep, lease_id: str, body: BodyDep
+    services: ServicesDep, actor: ActorDep, lease_id: str, raw: BodyDep
 ) -> JSONResponse:
-    lease = services.leases.update(actor, lease_id, lease_changes(json_object(body)))
+    lease = services.leases.update(actor, lease_id, validated(LeaseUpdate, raw).changes())
     return JSONResponse({"lease": wire.lease(lease)})
 
 

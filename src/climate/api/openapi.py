@@ -20,6 +20,7 @@ from starlette.routing import compile_path
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.api.schemas.power import PowerAnswer
 from climate.api.schemas.ui import TimelineAnswer
+from climate.api.schemas import schemas as request_models
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -46,7 +47,7 @@ from climate.resources.items import (
 )
 from climate.resources.volumes import VolumeType
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
-from climate.services.hosts import INT_COLUMNS, MAX_INT, READ_ONLY, TEXT_COLUMNS
+from climate.services.hosts import INT_COLUMNS, MAX_INT, TEXT_COLUMNS
 from climate.services.leases import MAX_REMINDERS
 from climate.services.series import MAX_OCCURRENCES, NAME_ROOM, Conflicts
 
@@ -421,13 +422,13 @@ SCHEMAS: dict[str, JsonSchema] = {
             {
                 "error_code": {"type": "integer", "description": "the HTTP status"},
                 "error_message": {"type": "string", "description": "for 4xx, names the field"},
-                "error_name": {"type": "string", "examples": ["INVALID_INPUT", "NOT_FOUND"]},
+                "error_name": {"type": "integer", "description": "the HTTP status, as Blazar"},
                 "reason": _ref("RefusalReason"),
                 "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
                 "conflicts": {"type": "array", "items": _ref("SkippedOccurrence")},
             },
             description="Blazar's error body; a refused lease or lease update "
-            "(409 NOT_ENOUGH_RESOURCES_AVAILABLE) adds reason and offers (docs/admission.md)",
+            "(409, not enough resources) adds reason and offers (docs/admission.md)",
         ),
         "required": ["error_code", "error_message", "error_name"],
     },
@@ -451,42 +452,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             ),
         },
     ),
-    "LeaseCreate": {
-        "type": "object",
-        "properties": {
-            **_LEASE_FIELDS,
-            "reservations": {
-                "type": "array",
-                "minItems": 1,
-                "items": _ref("AnyReservationCreate"),
-            },
-            **_FLEXIBLE_FIELDS,
-            **_LEASE_TYPE_FIELDS,
-        },
-        "required": ["name", "reservations"],
-        "anyOf": [{"required": ["end_date"]}, {"required": ["latest_end", "duration"]}],
-        "description": "fixed dates (start_date, end_date) or a flexible window (earliest_start, "
-        "latest_end, duration), not both",
-        "additionalProperties": False,
-        "examples": [
-            {
-                "name": "gpu-training",
-                "start_date": "2031-06-01 09:00",
-                "end_date": "2031-06-01 17:00",
-                "reservations": [
-                    {
-                        "resource_type": "physical:host",
-                        "min": 1,
-                        "max": 1,
-                        "hypervisor_properties": "",
-                        "resource_properties": "",
-                        "before_end": "default",
-                    }
-                ],
-                "events": [],
-            }
-        ],
-    },
     "ReservationCreate": {
         "type": "object",
         "properties": {
@@ -496,16 +461,6 @@ SCHEMAS: dict[str, JsonSchema] = {
         "required": ["resource_type"],
         "additionalProperties": False,
         "description": "min and max are required, directly or through count_range",
-    },
-    "LeaseUpdate": {
-        "type": "object",
-        "properties": {
-            **_LEASE_FIELDS,
-            "reservations": {"type": "array", "items": _ref("AnyReservationUpdate")},
-        },
-        "minProperties": 1,
-        "additionalProperties": False,
-        "examples": [{"end_date": "2031-06-01 18:00", "events": []}],
     },
     "ReservationUpdate": {
         "type": "object",
@@ -606,34 +561,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             "updated_at": _nullable(STAMP_STRING),
         }
     ),
-    "HostCreate": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
-            **_HOST_FIELDS,
-        },
-        "required": ["name"],
-        "additionalProperties": EXTRA_VALUE,
-        "propertyNames": {
-            "minLength": 1,
-            "maxLength": PROPERTY_NAME_LENGTH,
-            "not": {"enum": sorted(READ_ONLY - {"name"})},
-        },
-        "examples": [{"name": "compute-1", "gpu": "a100", "rack": "r1"}],
-    },
-    "HostUpdate": {
-        "type": "object",
-        "properties": _HOST_FIELDS,
-        "additionalProperties": _nullable(EXTRA_VALUE),
-        "propertyNames": {
-            "minLength": 1,
-            "maxLength": PROPERTY_NAME_LENGTH,
-            "not": {"enum": sorted(READ_ONLY)},
-        },
-        "minProperties": 1,
-        "description": "an extra property set to null is removed",
-        "examples": [{"rack": "r2"}],
-    },
     "Host": _record(
         {
             "id": {"type": "string", "pattern": "^[0-9]+$"},
@@ -691,12 +618,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             "description": "names only, or with privacy and values when detail=True",
         },
     ),
-    "PropertyUpdate": {
-        "type": "object",
-        "properties": {"private": {"type": "boolean"}},
-        "required": ["private"],
-        "examples": [{"private": True}],
-    },
     "LeaseFromTemplate": {
         "type": "object",
         "properties": {
@@ -1392,7 +1313,13 @@ def _response(description: str, answer: str | None) -> dict[str, Any]:
 
 
 def _error_response(status: int) -> dict[str, Any]:
-    schema = {"allOf": [_ref("Error"), {"properties": {"error_code": {"const": status}}}]}
+    status_is = {"const": status}
+    schema = {
+        "allOf": [
+            _ref("Error"),
+            {"properties": {"error_code": status_is, "error_name": status_is}},
+        ]
+    }
     return {
         "description": ERROR_MEANINGS[status],
         "headers": RESPONSE_HEADERS,
@@ -1429,7 +1356,6 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/leases"): Operation(
         (201, "created"),
         _V1 | _WRITE,
-        "LeaseCreate",
         creates=("lease_id", "/lease/id"),
         also=((200, "dry_run"),),
     ),
@@ -1437,7 +1363,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         (201, "from_template"), _V1 | _WRITE, "LeaseFromTemplate"
     ),
     ("GET", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE),
-    ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE, "LeaseUpdate"),
+    ("PUT", "/v1/leases/{lease_id}"): Operation((200, "lease"), _ONE | _WRITE),
     ("DELETE", "/v1/leases/{lease_id}"): Operation((204, None), _ONE),
     ("POST", "/v1/leases/{lease_id}/retry"): Operation((200, "lease"), _ONE | {409}),
     ("POST", "/v1/leases/{lease_id}/confirm"): Operation((200, "lease"), _ONE | {409}),
@@ -1458,15 +1384,13 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/lease-series/{series_id}"): Operation((204, None), _ONE),
     ("GET", "/v1/os-hosts"): Operation((200, "hosts"), _V1),
     ("POST", "/v1/os-hosts"): Operation(
-        (201, "host"), _V1 | _WRITE, "HostCreate", creates=("host_id", "/host/id")
+        (201, "host"), _V1 | _WRITE, creates=("host_id", "/host/id")
     ),
     ("GET", "/v1/os-hosts/allocations"): Operation((200, "allocations"), _V1),
     ("GET", "/v1/os-hosts/properties"): Operation((200, "properties"), _V1),
-    ("PATCH", "/v1/os-hosts/properties/{name}"): Operation(
-        (200, "property"), _ONE | {413}, "PropertyUpdate"
-    ),
+    ("PATCH", "/v1/os-hosts/properties/{name}"): Operation((200, "property"), _ONE | {413}),
     ("GET", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE),
-    ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}, "HostUpdate"),
+    ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}),
     ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
     ("GET", "/v1/power"): Operation((200, "power"), _V1),
@@ -1525,6 +1449,7 @@ def document(app: FastAPI) -> dict[str, Any]:
     for generated in ("HTTPValidationError", "ValidationError"):
         schemas.pop(generated, None)
     schemas.update(SCHEMAS)
+    schemas.update(request_models())
     return spec
 
 

@@ -9,37 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from climate import inputs
-from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
-from climate.services.leases import LeaseChanges, LeaseRequest, ReservationRequest
+from climate.services.leases import ReservationRequest
 from climate.services.series import Conflicts, SeriesRequest
 
 _FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f")
 # Dates are shifted by days around a window when planning; keep well clear of datetime.max.
 LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
-LEASE_FIELDS = frozenset(
-    {
-        "name",
-        "start_date",
-        "end_date",
-        "before_end_date",
-        "reservations",
-        "events",
-        "earliest_start",
-        "latest_end",
-        "duration",
-        "dry_run",
-        "lease_type",
-        "priority",
-        "retries",
-        "deadline",
-        "hold",
-        "hold_minutes",
-        "before_end_offset",
-        "reminders",
-    }
-)
-FLEXIBLE_FIELDS = ("earliest_start", "latest_end", "duration")
 SERIES_FIELDS = frozenset(
     {
         "name",
@@ -61,19 +37,6 @@ datetime holds."""
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
 _ISO_DURATION = re.compile(r"P(?:(\d{1,6})D)?(?:T(?:(\d{1,7})H)?(?:(\d{1,9})M)?(?:(\d{1,10})S)?)?")
 _FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-# Blazar's documented update request carries "events": [] as well.
-UPDATE_FIELDS = frozenset(
-    {
-        "name",
-        "start_date",
-        "end_date",
-        "before_end_date",
-        "reservations",
-        "events",
-        "before_end_offset",
-        "reminders",
-    }
-)
 
 
 def json_object(raw: bytes) -> dict[str, Any]:
@@ -142,7 +105,9 @@ def _parse_utc(field: str, value: str, text: str) -> dt.datetime:
         return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
     except ValueError as exc:
         raise InvalidInput(
-            field, f"{value!r} is not a date; use 'YYYY-MM-DD HH:MM' (UTC) or ISO 8601"
+            field,
+            f"{inputs.printable(value)} is an invalid date. Required format: %Y-%m-%d %H:%M "
+            "(or ISO 8601; UTC without an offset)",
         ) from exc
     except OverflowError as exc:  # e.g. 9999-12-31T23:00-05:00 is past datetime.max in UTC
         raise InvalidInput(field, f"{value!r} is out of range") from exc
@@ -158,104 +123,21 @@ def _reject_unknown(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
         raise InvalidInput(unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}")
 
 
-def _reservations(value: object, *, creating: bool) -> list[ReservationRequest]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidInput("reservations", "must be a list")
-    found = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise InvalidInput(f"reservations[{i}]", "must be an object")
-        fields = dict(item)
-        resource_type = fields.pop("resource_type", None)
-        reservation_id = fields.pop("id", None)
-        if creating and resource_type is None:
-            raise InvalidInput(f"reservations[{i}].resource_type", "required")
-        if reservation_id is not None and not isinstance(reservation_id, str):
-            raise InvalidInput(f"reservations[{i}].id", "must be a string")
-        found.append(ReservationRequest(resource_type, fields, reservation_id))
-    return found
-
-
 def _no_events(body: Mapping[str, Any]) -> None:
     events = body.get("events") or []
     if not isinstance(events, list) or events:
         raise InvalidInput("events", "user-defined events are not supported; send []")
 
 
-def lease_request(body: Mapping[str, Any], dry_run: str | None = None) -> LeaseRequest:
-    """A lease to create: fixed dates, or a flexible window (``earliest_start``, ``latest_end``,
-    ``duration``); a dry run if the query's ``dry_run`` or the body's says so."""
-    _reject_unknown(body, LEASE_FIELDS)
-    flexible = any(f in body for f in FLEXIBLE_FIELDS)
-    if flexible:
-        for fixed, instead in (("start_date", "earliest_start"), ("end_date", "latest_end")):
-            if fixed in body:
-                raise InvalidInput(instead, f"cannot be combined with {fixed}")
-        for required in ("latest_end", "duration"):
-            if required not in body:
-                raise InvalidInput(required, "required with a flexible window")
-    elif "end_date" not in body:
-        raise InvalidInput("end_date", "required")
-    _no_events(body)
-    name = body.get("name")
-    if not isinstance(name, str):
-        raise InvalidInput("name", "required string")
-    start_field = "earliest_start" if flexible else "start_date"
-    start_raw = body.get(start_field, "now")
-    end_field = "latest_end" if flexible else "end_date"
-    return LeaseRequest(
-        name=name,
-        start=None if start_raw in ("now", None) else parse_date(start_field, start_raw),
-        end=parse_date(end_field, body[end_field]),
-        before_end=optional_date("before_end_date", body.get("before_end_date")),
-        reservations=_reservations(body.get("reservations"), creating=True),
-        duration=parse_duration("duration", body["duration"]) if flexible else None,
-        dry_run=flag("dry_run", dry_run) or flag("dry_run", body.get("dry_run")),
-        lease_type=_lease_type(body.get("lease_type")),
-        priority=_optional_int("priority", body.get("priority")),
-        retries=_optional_int("retries", body.get("retries")),
-        deadline=optional_date("deadline", body.get("deadline")),
-        hold=_hold(body),
-        before_end_offset=before_end_offset(body),
-        reminders=reminders(body.get("reminders")),
-    )
-
-
-def _lease_type(value: object) -> LeaseType:
-    if value is None:
-        return LeaseType.SCHEDULED
-    try:
-        return LeaseType(str(value))
-    except ValueError:
-        raise InvalidInput(
-            "lease_type", f"must be one of {', '.join(t.value for t in LeaseType)}, not {value!r}"
-        ) from None
-
-
-def _optional_int(field: str, value: object) -> int | None:
-    """A signed integer (its service checks the range that makes sense), or None."""
-    return None if value is None else inputs.integer(field, value, minimum=-inputs.MAX_INT)
-
-
-def _hold(body: Mapping[str, Any]) -> dt.timedelta | None:
-    """``hold: {"expires_in": seconds}`` or ``hold_minutes``: how long a hold lasts."""
-    if "hold" in body and "hold_minutes" in body:
-        raise InvalidInput("hold_minutes", "give either hold or hold_minutes")
-    if body.get("hold_minutes") is not None:
-        minutes = _optional_int("hold_minutes", body["hold_minutes"])
-        assert minutes is not None
-        return dt.timedelta(minutes=minutes)
-    hold = body.get("hold")
-    if hold is None:
+def before_end_offset(body: Mapping[str, Any]) -> dt.timedelta | None:
+    """How long before the end the before-end event comes, instead of ``before_end_date``."""
+    if body.get("before_end_offset") is None:
         return None
-    if not isinstance(hold, dict) or set(hold) != {"expires_in"}:
-        raise InvalidInput("hold", 'must be an object {"expires_in": seconds}')
-    seconds = _optional_int("hold.expires_in", hold["expires_in"])
-    if seconds is None:
-        raise InvalidInput("hold.expires_in", "required whole number of seconds")
-    return dt.timedelta(seconds=seconds)
+    if body.get("before_end_date") not in (None, ""):
+        raise InvalidInput(
+            "before_end_offset", "give either before_end_date or before_end_offset, not both"
+        )
+    return parse_duration("before_end_offset", body["before_end_offset"])
 
 
 def parse_duration(field: str, value: object) -> dt.timedelta:
@@ -286,24 +168,13 @@ def parse_duration(field: str, value: object) -> dt.timedelta:
     return found
 
 
-def before_end_offset(body: Mapping[str, Any]) -> dt.timedelta | None:
-    """How long before the end the before-end event comes, instead of ``before_end_date``."""
-    if body.get("before_end_offset") is None:
-        return None
-    if body.get("before_end_date") not in (None, ""):
-        raise InvalidInput(
-            "before_end_offset", "give either before_end_date or before_end_offset, not both"
-        )
-    return parse_duration("before_end_offset", body["before_end_offset"])
-
-
-def reminders(value: object) -> tuple[dt.timedelta, ...] | None:
-    """A list of durations before the end (None: not given)."""
+def durations(field: str, value: object) -> tuple[dt.timedelta, ...] | None:
+    """A list of durations (None: not given), each named by its index in an error."""
     if value is None:
         return None
     if not isinstance(value, list):
-        raise InvalidInput("reminders", "must be a list of durations like 'PT1H'")
-    return tuple(parse_duration(f"reminders[{i}]", v) for i, v in enumerate(value))
+        raise InvalidInput(field, "must be a list of durations like 'PT1H'")
+    return tuple(parse_duration(f"{field}[{i}]", v) for i, v in enumerate(value))
 
 
 def flag(field: str, value: object) -> bool:
@@ -314,27 +185,6 @@ def flag(field: str, value: object) -> bool:
     if found is None:
         raise InvalidInput(field, f"must be true or false, not {value!r}")
     return found
-
-
-def lease_changes(body: Mapping[str, Any]) -> LeaseChanges:
-    _reject_unknown(body, UPDATE_FIELDS)
-    if not body:
-        raise InvalidInput("body", "no values to update")
-    _no_events(body)
-    name = body.get("name")
-    if name is not None and not isinstance(name, str):
-        raise InvalidInput("name", "must be a string")
-    start_raw = body.get("start_date")
-    return LeaseChanges(
-        name=name,
-        start=None if start_raw in (None, "now") else parse_date("start_date", start_raw),
-        start_now=start_raw == "now",
-        end=optional_date("end_date", body.get("end_date")),
-        before_end=optional_date("before_end_date", body.get("before_end_date")),
-        reservations=_reservations(body.get("reservations"), creating=False),
-        before_end_offset=before_end_offset(body),
-        reminders=reminders(body.get("reminders")),
-    )
 
 
 def series_request(body: Mapping[str, Any]) -> SeriesRequest:
@@ -371,8 +221,24 @@ def series_request(body: Mapping[str, Any]) -> SeriesRequest:
         duration=length,
         rrule=rule,
         exdates=tuple(parse_date(f"exdates[{i}]", at) for i, at in enumerate(exdates)),
-        reservations=_reservations(body.get("reservations"), creating=True),
+        reservations=_series_reservations(body.get("reservations")),
         before_end_offset=before_end_offset(body),
-        reminders=reminders(body.get("reminders")),
+        reminders=durations("reminders", body.get("reminders")),
         conflicts=Conflicts(conflicts),
     )
+
+
+def _series_reservations(value: object) -> list[ReservationRequest]:
+    """A series reserves something (a lease may have no reservations, as in Blazar)."""
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("reservations", "a series needs a list of at least one reservation")
+    found = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"reservations[{i}]", "must be an object")
+        fields = dict(item)
+        resource_type = fields.pop("resource_type", None)
+        if resource_type is None:
+            raise InvalidInput(f"reservations[{i}].resource_type", "required")
+        found.append(ReservationRequest(resource_type, fields, fields.pop("id", None)))
+    return found

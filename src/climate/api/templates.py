@@ -7,7 +7,9 @@ from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
-from climate.api.parsing import json_object, lease_request
+from climate.api.parsing import json_object
+from climate.api.schemas import validated
+from climate.api.schemas.leases import LeaseCreate
 from climate.errors import InvalidInput
 from climate.services.templates import parse_flavors, reservations_from_template
 
@@ -82,6 +84,9 @@ def create_lease_from_template(
         flavors,
         _files(fields.pop("files", None)),
     )
-    request = lease_request({**fields, "reservations": reservations})
+    if not reservations:
+        # A lease may have none (as in Blazar), but a template's lease is for its resources.
+        raise InvalidInput("template", f"reserves nothing ({'; '.join(warnings) or 'empty'})")
+    request = validated(LeaseCreate, {**fields, "reservations": reservations}).request()
     lease = services.leases.create(actor, request)
     return JSONResponse({"lease": wire.lease(lease), "warnings": warnings}, status_code=201)

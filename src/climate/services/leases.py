@@ -250,8 +250,6 @@ class LeaseService:
         start = self._check_start(request.start, now)
         _check_window(start, request.end)
         self._check_kind(actor, request, start, now)
-        if not request.reservations:
-            raise InvalidInput("reservations", "a lease needs at least one reservation")
         prepared = [
             (
                 self._type_of(r, f"reservations[{i}]").validate(
@@ -444,7 +442,7 @@ class LeaseService:
             end = changes.end
             if active and end <= now:
                 raise InvalidInput("end_date", "must be in the future for a running lease")
-        _check_window(start, end)
+        _check_window(start, end, "End date must be later than current and start date")
         reshaped = (start, end) != (lease.start_date, lease.end_date)
         edits = self._match_reservations(lease, changes.reservations)
         for reservation, raw, where in edits:
@@ -824,7 +822,11 @@ class LeaseService:
             field_name = f"reservations[{i}]"
             if req.id is None:
                 if len(lease.reservations) != 1:
-                    raise InvalidInput(f"{field_name}.id", "required: the lease has several")
+                    raise InvalidInput(
+                        f"{field_name}.id",
+                        "Missing parameter reservation ID (the lease has "
+                        f"{len(lease.reservations)} reservations)",
+                    )
                 target = lease.reservations[0]
             elif req.id not in by_id:
                 raise InvalidInput(f"{field_name}.id", f"no reservation {req.id} in this lease")
@@ -1051,8 +1053,12 @@ def _check_name(name: str) -> None:
     inputs.name_text("name", name)
 
 
-def _check_window(start: dt.datetime, end: dt.datetime) -> None:
+def _check_window(
+    start: dt.datetime, end: dt.datetime, blazar: str = "End date must be later than start date."
+) -> None:
+    """``blazar``: Blazar's words for an inverted window (its update says it differently)."""
     if end <= start:
         raise InvalidInput(
-            "end_date", f"{end.isoformat()} must be after start_date {start.isoformat()}"
+            "end_date",
+            f"{blazar} ({end.isoformat()} is not after start_date {start.isoformat()})",
         )

@@ -1,0 +1,311 @@
+"""Blazar's contract, checked differentially: the same requests, valid and invalid, sent to the
+real Blazar 18 (``/work/shared/blazar/run_blazar.sh``: its API and manager unmodified, with no
+Keystone or Nova) and to Climate give the same status codes, and Climate's error message
+contains Blazar's (Climate may name the field around it).
+
+Each case is a list of steps run against a fresh pair of servers' state so far; ``{lease}``
+in a path is the id of the lease the case created last. Blazar's venv takes about 25 s to
+install warm; without it these tests skip, except under CI=true, where they fail.
+``BLAZAR_STATE`` says where it lives (default ``/tmp/blazar-ref``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.blazar]
+RUN_BLAZAR = Path("/work/shared/blazar/run_blazar.sh")
+DATE = "%Y-%m-%d %H:%M"
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but the real Blazar cannot run: {why}")
+    pytest.skip(f"the real Blazar 18 cannot run here ({why})")
+
+
+@pytest.fixture(scope="module")
+def blazar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real Blazar 18's v1 URL, on an empty database, with one host."""
+    if not RUN_BLAZAR.exists():
+        _unavailable(f"{RUN_BLAZAR} is missing")
+    state = os.environ.get("BLAZAR_STATE", "/tmp/blazar-ref")
+    path = tmp_path_factory.mktemp("blazar") / "blazar.sqlite"
+    port = free_port()
+    env = {**os.environ, "BLAZAR_STATE": state, "FRESH": "1"}
+    started = subprocess.run(
+        ["bash", str(RUN_BLAZAR), str(port), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if started.returncode != 0:
+        _unavailable(started.stderr.strip().splitlines()[-1] if started.stderr else "no output")
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        assert httpx.post(f"{url}/os-hosts", json={"name": "node-1"}).status_code == 201
+        yield url
+    finally:
+        subprocess.run(
+            ["bash", str(RUN_BLAZAR), "stop", str(port)], env=env, timeout=60, check=False
+        )
+
+
+@pytest.fixture
+def climate(live_sqlite: LiveServer) -> str:
+    url = f"{live_sqlite.url}/v1"
+    assert httpx.post(f"{url}/os-hosts", json={"name": "node-1"}).status_code == 201
+    return url
+
+
+@dataclass
+class Step:
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+    status: int = 200
+    message: str | None = None
+    """Blazar's error message, when it is part of the contract."""
+
+
+@dataclass
+class Case:
+    name: str
+    steps: list[Step] = field(default_factory=list)
+
+
+def _at(days: float) -> str:
+    when = dt.datetime.now(dt.UTC) + dt.timedelta(days=days)
+    return when.strftime(DATE)
+
+
+def _host_reservation() -> dict[str, Any]:
+    return {
+        "resource_type": "physical:host",
+        "min": 1,
+        "max": 1,
+        "hypervisor_properties": "",
+        "resource_properties": "",
+    }
+
+
+def _lease(name: str, **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": name,
+        "start_date": _at(30),
+        "end_date": _at(31),
+        "reservations": [_host_reservation()],
+        "events": [],
+    }
+    body.update(fields)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+CASES = [
+    Case(
+        "a lease with no reservations, then shown, renamed, moved and deleted",
+        [
+            Step("POST", "/leases", _lease("empty", reservations=[]), 201),
+            Step("GET", "/leases/{lease}"),
+            Step("PUT", "/leases/{lease}", {"name": "empty-2"}),
+            Step("PUT", "/leases/{lease}", {"end_date": _at(32)}),
+            Step(
+                "PUT",
+                "/leases/{lease}",
+                {"reservations": [_host_reservation()]},
+                400,
+                "Missing parameter reservation ID",
+            ),
+            Step(
+                "PUT",
+                "/leases/{lease}",
+                {"end_date": "bogus"},
+                400,
+                "bogus is an invalid date. Required format: %Y-%m-%d %H:%M",
+            ),
+            Step(
+                "PUT",
+                "/leases/{lease}",
+                {"start_date": _at(40)},
+                400,
+                "End date must be later than current and start date",
+            ),
+            Step("DELETE", "/leases/{lease}", None, 204),
+            Step("GET", "/leases/{lease}", None, 404),
+        ],
+    ),
+    Case(
+        "a lease without the reservations field",
+        [Step("POST", "/leases", _lease("none", reservations=None), 201)],
+    ),
+    Case(
+        "an inverted window",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("inverted", start_date=_at(31), end_date=_at(30)),
+                400,
+                "End date must be later than start date.",
+            )
+        ],
+    ),
+    Case(
+        "a bogus end date",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("bogus", end_date="tomorrow"),
+                400,
+                "tomorrow is an invalid date. Required format: %Y-%m-%d %H:%M",
+            )
+        ],
+    ),
+    Case(
+        "a bogus start date",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("bogus-start", start_date="2031-13-01 10:00"),
+                400,
+                "2031-13-01 10:00 is an invalid date. Required format: %Y-%m-%d %H:%M",
+            )
+        ],
+    ),
+    Case(
+        "no end_date",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("no-end", end_date=None),
+                400,
+                "Missing parameter end_date",
+            )
+        ],
+    ),
+    Case(
+        "no name",
+        [
+            Step(
+                "POST",
+                "/leases",
+                {k: v for k, v in _lease("x").items() if k != "name"},
+                400,
+                "Missing parameter name",
+            )
+        ],
+    ),
+    Case(
+        "a reservation without resource_type",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("no-type", reservations=[{"min": 1, "max": 1}]),
+                400,
+                "Missing parameter resource_type",
+            )
+        ],
+    ),
+    Case(
+        "a start in the past",
+        [Step("POST", "/leases", _lease("past", start_date=_at(-2), end_date=_at(-1)), 400)],
+    ),
+    Case(
+        "a 73-character extra capability key",
+        [
+            Step(
+                "POST",
+                "/os-hosts",
+                {"name": "node-long", "k" * 73: "v"},
+                400,
+                "Extra capability key too long",
+            )
+        ],
+    ),
+    Case(
+        "a 65-character extra capability key",
+        [
+            Step(
+                "POST",
+                "/os-hosts",
+                {"name": "node-65", "k" * 65: "v"},
+                400,
+                "Extra capability key too long",
+            )
+        ],
+    ),
+    Case(
+        "a 64-character extra capability key",
+        [Step("POST", "/os-hosts", {"name": "node-64", "k" * 64: "v"}, 201)],
+    ),
+    Case(
+        "a host lease, shown, listed and deleted",
+        [
+            Step("POST", "/leases", _lease("one-host"), 201),
+            Step("GET", "/leases/{lease}"),
+            Step("GET", "/leases"),
+            Step("DELETE", "/leases/{lease}", None, 204),
+        ],
+    ),
+    Case(
+        "a long extra capability key in a host update",
+        [
+            Step("POST", "/os-hosts", {"name": "node-2"}, 201),
+            Step("PUT", "/os-hosts/{host}", {"k" * 70: "v"}),
+        ],
+    ),
+    Case("an unknown lease", [Step("GET", "/leases/no-such-lease", None, 404)]),
+]
+
+
+def _run(base: str, case: Case) -> list[tuple[int, dict[str, Any] | None]]:
+    answers: list[tuple[int, dict[str, Any] | None]] = []
+    lease = host = "none"
+    with httpx.Client(base_url=base, timeout=60) as http:
+        for step in case.steps:
+            response = http.request(
+                step.method, step.path.format(lease=lease, host=host), json=step.body
+            )
+            found = response.json() if response.content else None
+            if response.status_code == 201 and found and "lease" in found:
+                lease = found["lease"]["id"]
+            if response.status_code == 201 and found and "host" in found:
+                host = found["host"]["id"]
+            answers.append((response.status_code, found))
+    return answers
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_climate_answers_as_blazar(blazar: str, climate: str, case: Case) -> None:
+    theirs = _run(blazar, case)
+    ours = _run(climate, case)
+    for step, (their_status, their_body), (our_status, our_body) in zip(
+        case.steps, theirs, ours, strict=True
+    ):
+        where = (case.name, step.method, step.path, their_body, our_body)
+        assert their_status == step.status, where  # the case still says what Blazar does
+        assert our_status == their_status, where
+        if their_status >= 400:
+            assert our_body is not None and their_body is not None, where
+            assert our_body["error_code"] == their_body["error_code"], where
+            assert our_body["error_name"] == their_body["error_name"], where
+            if step.message is not None:
+                assert step.message in their_body["error_message"], where
+                assert step.message in our_body["error_message"], where

@@ -22,6 +22,7 @@ from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.domain.status import ReservationStatus
 from climate.errors import InvalidInput, NotEnoughCapacity
+from climate.fairshare import admission as fairshare
 from climate.planner.availability import (
     CounterOffer,
     Placer,
@@ -307,7 +308,8 @@ def explaining_update(
         yield
     except NotEnoughCapacity as refused:
         if refused.details is None and asked:
-            refusal, made = explain_update(service, actor, changes, asked[0])
+            with fairshare.trial():
+                refusal, made = explain_update(service, actor, changes, asked[0])
             kinds = [r.resource_type for r in asked[0].reservations]
             refused.details = wire.update_refusal(refusal, kinds, made)
         raise

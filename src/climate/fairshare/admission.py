@@ -1,0 +1,393 @@
+"""The usage rules and the external admission hook where leases are admitted: ``admit`` is
+the one call each admission makes once its lease holds its resources in the transaction;
+``check_request`` refuses a new lease that breaks a rule of its window alone before anything
+is written (docs/fair-share.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from climate import wire
+from climate.db import audit, outbox
+from climate.db import hosts as host_rows
+from climate.db import usage as usage_rows
+from climate.db.engine import Database
+from climate.db.tables import Lease
+from climate.domain.actor import Actor
+from climate.errors import UsageRuleBroken
+from climate.fairshare import external
+from climate.fairshare.rules import (
+    COUNTED_KINDS,
+    DURATION_KINDS,
+    UNITS,
+    Admission,
+    Decision,
+    Rule,
+    Span,
+    evaluate,
+    reach,
+)
+from climate.notify import bus
+from climate.planner.query import MATCH_ALL
+from climate.services.context import ServiceContext
+
+LOG = logging.getLogger(__name__)
+COUNTED_TYPES = frozenset().union(*UNITS.values())
+CREATE, UPDATE, CONFIRM, QUEUE = "create", "update", "confirm", "queue"
+_TRIAL: ContextVar[bool] = ContextVar("climate_usage_trial", default=False)
+_FACTS: weakref.WeakKeyDictionary[Database, tuple[int, dict[int, dict[str, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_FACTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def trial() -> Iterator[None]:
+    """Admissions inside are tries (an offer checked as the update it is): rules decide as
+    always, but nothing is recorded and the external service is not asked."""
+    token = _TRIAL.set(True)
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
+def check_request(
+    ctx: ServiceContext,
+    actor: Actor,
+    resource_types: Sequence[str | None],
+    start: dt.datetime,
+    end: dt.datetime,
+    now: dt.datetime,
+) -> None:
+    """The rules of a new lease's window alone (length, advance), before its resources are
+    chosen: a lease that can never be admitted is refused before it is written, even one that
+    would otherwise wait in the queue.
+
+    :raises UsageRuleBroken: naming each broken rule, its limit and the lease's figure.
+    """
+    rules = ctx.settings.rules
+    if not rules:
+        return
+    admission = Admission(
+        "",
+        actor.project_id,
+        actor.user_id,
+        now.timestamp(),
+        start.timestamp(),
+        end.timestamp(),
+        frozenset(str(t) for t in resource_types),
+    )
+    broken = [d for d in evaluate(rules, admission, None) if not d.allowed]
+    if broken:
+        raise refusal(broken)
+
+
+def admit(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor | str,
+    lease: Lease,
+    now: dt.datetime,
+    step: str,
+    *,
+    before: Mapping[str, object] | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Judge ``lease`` as this transaction admits it (its allocations written): every usage
+    rule, then the external service (not for dry runs and tries). A refusal raises; the
+    caller's transaction rolls back, after which the refusal is recorded (audit log and
+    notification) in a transaction of its own. An admission some rule looked at is recorded
+    in the audit log with the figures. ``step`` is ``create``, ``update``, ``confirm`` or
+    ``queue``; ``before`` is an update's lease window before it (``name``, ``start_date``,
+    ``end_date``).
+
+    :raises UsageRuleBroken: naming each broken rule with its limit and the figure, or the
+        external service's message.
+    """
+    settings = ctx.settings
+    url = external.endpoint(settings, "check-update" if step == UPDATE else "check-create")
+    recorded = not dry_run and not _TRIAL.get() and step != QUEUE
+    if not settings.rules and not url:
+        return
+    decisions = judge(ctx, session, lease, now, before) if settings.rules else []
+    broken = [d for d in decisions if not d.allowed]
+    if broken:
+        if recorded:
+            values, bodies = _lease_values(lease), [d.body() for d in broken]
+            _after_rollback(session, lambda: record_refusal(ctx, actor, values, step, bodies))
+        raise refusal(broken)
+    if recorded and decisions:
+        _audit(
+            session,
+            now,
+            actor,
+            "usage.allow",
+            _lease_values(lease),
+            step,
+            [d.body() for d in decisions],
+        )
+    if url and not dry_run and not _TRIAL.get():
+        _ask(ctx, session, actor, lease, step, url, before)
+
+
+def judge(
+    ctx: ServiceContext,
+    session: Session,
+    lease: Lease,
+    now: dt.datetime,
+    before: Mapping[str, object] | None = None,
+) -> list[Decision]:
+    """Every rule's decision on ``lease`` as the session sees it (allocations included)."""
+    rules = ctx.settings.rules
+    previous = None
+    if before is not None:
+        old_start, old_end = before["start_date"], before["end_date"]
+        assert isinstance(old_start, dt.datetime) and isinstance(old_end, dt.datetime)
+        previous = (old_start.timestamp(), old_end.timestamp())
+    admission = Admission(
+        lease.id,
+        lease.project_id,
+        lease.user_id,
+        now.timestamp(),
+        lease.start_date.timestamp(),
+        lease.end_date.timestamp(),
+        frozenset(r.resource_type for r in lease.reservations),
+        previous,
+    )
+    active = [r for r in rules if lease.project_id not in r.exempt_projects]
+    low, high, _ = reach(active, admission)
+    types = needed_types(active)
+    found = spans(ctx, session, lease.project_id, low, high, types) if types else []
+    return evaluate(rules, admission, found)
+
+
+def needed_types(rules: Sequence[Rule]) -> frozenset[str]:
+    """The resource types whose allocations the rules look at."""
+    types: set[str] = set()
+    for rule in rules:
+        if rule.kind in DURATION_KINDS and rule.properties is MATCH_ALL:
+            continue
+        holders = UNITS[str(rule.unit)] if rule.kind in COUNTED_KINDS else COUNTED_TYPES
+        types |= holders if rule.resource_type is None else holders & {rule.resource_type}
+    return frozenset(types)
+
+
+def spans(
+    ctx: ServiceContext,
+    session: Session,
+    project_id: str,
+    low: float,
+    high: float,
+    types: frozenset[str],
+) -> list[Span]:
+    """What ``project_id`` holds of ``types`` over [low, high), with each resource's
+    properties and amounts."""
+    rows = usage_rows.held(
+        session,
+        project_id,
+        dt.datetime.fromtimestamp(low, dt.UTC),
+        dt.datetime.fromtimestamp(high, dt.UTC),
+        types,
+    )
+    hosts = host_facts(ctx.db, session) if types & {"physical:host", "virtual:instance"} else {}
+    items = usage_rows.item_properties(
+        session, (h.what for h in rows if h.resource_type == "virtual:floatingip")
+    )
+    pools = usage_rows.pool_properties(
+        session, (h.what for h in rows if h.resource_type == "virtual:volume")
+    )
+    gpu = ctx.settings.usage_gpu_property
+    found = []
+    for h in rows:
+        if h.resource_type == "physical:host":
+            props = hosts.get(h.what, {})
+            amounts = {
+                "hosts": 1.0,
+                "vcpus": float(props.get("vcpus") or 0),
+                "gpus": gpus(props, gpu),
+            }
+        elif h.resource_type == "virtual:instance":
+            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.vcpus)}
+        elif h.resource_type == "virtual:floatingip":
+            props, amounts = items[h.what], {"ips": 1.0}
+        else:
+            props, amounts = pools[h.what], {"gb": float(h.gb)}
+        found.append(
+            Span(
+                h.lease_id,
+                h.user_id,
+                h.resource_type,
+                props,
+                amounts,
+                h.start.timestamp(),
+                h.end.timestamp(),
+            )
+        )
+    return found
+
+
+def gpus(properties: Mapping[str, Any], name: str) -> float:
+    """A host's GPUs: its property ``name`` as a whole number; none without it (or when it is
+    not a whole number, which is logged)."""
+    value = properties.get(name)
+    if value is None:
+        return 0.0
+    try:
+        count = int(str(value))
+    except ValueError:
+        LOG.warning("host property %s=%r is not a whole number: counted as 0 GPUs", name, value)
+        return 0.0
+    return float(max(count, 0))
+
+
+def host_facts(db: Database, session: Session) -> dict[int, dict[str, Any]]:
+    """Every host's properties, kept per database until the inventory version moves."""
+    version = host_rows.inventory_version(session)
+    with _FACTS_LOCK:
+        cached = _FACTS.get(db)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+    facts = usage_rows.host_facts(session)
+    with _FACTS_LOCK:
+        _FACTS[db] = (version, facts)
+    return facts
+
+
+def refusal(broken: Sequence[Decision]) -> UsageRuleBroken:
+    """The 403: the first broken rule in the message (and how many more), each in ``rules``."""
+    more = f" (and {len(broken) - 1} more rule(s) broken)" if len(broken) > 1 else ""
+    error = UsageRuleBroken(broken[0].message + more)
+    error.details = {"rules": [d.body() for d in broken]}
+    return error
+
+
+def record_refusal(
+    ctx: ServiceContext,
+    actor: Actor | str,
+    lease: Mapping[str, Any],
+    step: str,
+    rules: Sequence[Mapping[str, object]],
+) -> None:
+    """A refusal, in the audit log and to the webhooks (``usage.deny``), in a transaction of
+    its own: the admission's rolled back. A failure here is logged, never raised over the
+    refusal."""
+    now = ctx.clock.now()
+    try:
+        with ctx.db.transaction() as session:
+            _audit(session, now, actor, "usage.deny", lease, step, rules)
+            webhooks = [
+                s for s in ctx.settings.notification_sinks if not s.startswith(bus.BUS_PREFIX)
+            ]
+            if webhooks:
+                payload = {
+                    "event": "usage.deny",
+                    "sent_at": wire.stamp(now),
+                    "step": step,
+                    "lease": dict(lease),
+                    "rules": list(rules),
+                }
+                outbox.enqueue(session, webhooks, "usage.deny", payload, now)
+    except Exception:
+        LOG.exception("could not record the refusal of lease %s", lease["id"])
+
+
+def _audit(
+    session: Session,
+    now: dt.datetime,
+    actor: Actor | str,
+    action: str,
+    lease: Mapping[str, Any],
+    step: str,
+    rules: Sequence[Mapping[str, object]],
+) -> None:
+    audit.record(
+        session,
+        at=now,
+        actor=actor,
+        action=action,
+        target_type="lease",
+        target_id=str(lease["id"]),
+        detail={
+            "project_id": lease["project_id"],
+            "user_id": lease["user_id"],
+            "step": step,
+            "start_date": lease["start_date"],
+            "end_date": lease["end_date"],
+            "rules": list(rules),
+        },
+    )
+
+
+def _after_rollback(session: Session, then: Any) -> None:
+    session.info.setdefault("after_rollback", []).append(then)
+
+
+def _lease_values(lease: Lease) -> dict[str, Any]:
+    return {
+        "id": lease.id,
+        "name": lease.name,
+        "project_id": lease.project_id,
+        "user_id": lease.user_id,
+        "start_date": wire.lease_date(lease.start_date),
+        "end_date": wire.lease_date(lease.end_date),
+    }
+
+
+def lease_body(ctx: ServiceContext, lease: Lease) -> dict[str, Any]:
+    """The lease as Blazar's enforcement sends it: its values, and each reservation with the
+    resources allocated to it (``allocations``: their ids)."""
+    body = wire.lease(lease)
+    for shown, reservation in zip(body["reservations"], lease.reservations, strict=True):
+        ids = ctx.resource_types[reservation.resource_type].resource_ids(reservation)
+        shown["allocations"] = [{"id": rid} for rid in ids]
+    return body
+
+
+def _ask(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor | str,
+    lease: Lease,
+    step: str,
+    url: str,
+    before: Mapping[str, object] | None,
+) -> None:
+    settings = ctx.settings
+    body: dict[str, Any] = {
+        "context": external.context(settings, lease.project_id, lease.user_id),
+        "lease": lease_body(ctx, lease),
+    }
+    if step == UPDATE:
+        current = dict(body["lease"])
+        for key, value in (before or {}).items():
+            current[key] = wire.lease_date(value) if isinstance(value, dt.datetime) else value
+        body["current_lease"] = current
+    verdict = external.ask(settings, url, body)
+    decision = {
+        "rule": "external_service",
+        "kind": "external",
+        "url": url,
+        "allowed": verdict.allowed,
+        "failed": verdict.failed,
+        "message": verdict.message,
+    }
+    now = ctx.clock.now()
+    if verdict.allowed:
+        if verdict.failed:
+            _audit(session, now, actor, "usage.allow", _lease_values(lease), step, [decision])
+        return
+    error = UsageRuleBroken(f"external admission service refused: {verdict.message}")
+    error.details = {"rules": [decision]}
+    values = _lease_values(lease)
+    _after_rollback(session, lambda: record_refusal(ctx, actor, values, step, [decision]))
+    raise error

@@ -228,12 +228,15 @@ class Settings(BaseSettings):
 
     @property
     def notification_sinks(self) -> tuple[str, ...]:
-        """Where each notification goes: every webhook URL, and each bus topic (``bus:<topic>``)
-        when there is a transport URL."""
+        """Where each notification goes: every webhook URL, each bus topic (``bus:<topic>``)
+        when there is a transport URL, and the external service's ``on-end`` endpoint (only
+        told of ends: docs/fair-share.md)."""
+        from climate.fairshare.external import endpoint
         from climate.notify.bus import sink_keys
 
         bus = sink_keys(self.notification_topics) if self.notification_transport_url else ()
-        return self.webhooks + bus
+        on_end = endpoint(self, "on-end")
+        return self.webhooks + bus + ((on_end,) if on_end else ())
 
     @field_validator("usage_rules")
     @classmethod

@@ -285,8 +285,11 @@ def record_refusal(
     try:
         with ctx.db.transaction() as session:
             _audit(session, now, actor, "usage.deny", lease, step, rules)
+            on_end = external.endpoint(ctx.settings, "on-end")
             webhooks = [
-                s for s in ctx.settings.notification_sinks if not s.startswith(bus.BUS_PREFIX)
+                s
+                for s in ctx.settings.notification_sinks
+                if not s.startswith(bus.BUS_PREFIX) and s != on_end
             ]
             if webhooks:
                 payload = {

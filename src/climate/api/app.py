@@ -24,6 +24,7 @@ from climate.api import (
     leases,
     openapi,
     operations,
+    policy,
     reservations,
     series,
     templates,
@@ -33,6 +34,7 @@ from climate.api.deps import Services
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
 from climate.errors import ClimateError
+from climate.fairshare.report import UsageService
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
@@ -126,6 +128,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
+    app.state.usage = UsageService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)
@@ -138,6 +141,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         app.include_router(items.item_router(kind))
     app.include_router(items.pools)
     app.include_router(instances.router)
+    app.include_router(policy.router)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)

@@ -1309,6 +1309,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
     "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
     "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
+    "usage": _ref("PolicyUsage"),  # from the route's pydantic response_model
     **{
         key: value
         for kind in (DEVICES, NETWORKS, FLOATING_IPS)
@@ -1485,6 +1486,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
+    ("GET", "/v1/policy/usage"): Operation((200, "usage"), _V1),
 }
 
 

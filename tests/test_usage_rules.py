@@ -16,8 +16,9 @@ from climate.db.engine import Database
 from climate.db.tables import AuditLog, Lease, OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseStatus, LeaseType
-from climate.errors import UsageRuleBroken
+from climate.errors import NotEnoughCapacity, UsageRuleBroken
 from climate.runtime import build_context
+from climate.services.availability import AvailabilityQuery, AvailabilityService
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService
@@ -426,3 +427,54 @@ def test_request_with_lease_request_fields(
         reservations=host_request("x", None, T0).reservations,
     )
     refused(lambda: LeaseService(ctx).create(ADMIN, request))
+
+
+# -- what a request would break, before it is made -------------------------------------------
+
+
+def test_availability_windows_name_the_rules_they_would_break(
+    settings: Settings, db: Database, clock: ManualClock, hosts: HostService
+) -> None:
+    add_hosts(hosts, 1, gpu_count="2")
+    ctx = context(
+        settings,
+        db,
+        clock,
+        {"name": "soon", "kind": "max_advance", "limit": "3h"},
+        {
+            "name": "gpus",
+            "kind": "concurrent",
+            "unit": "gpus",
+            "limit": 1,
+            "exempt_projects": ["project-b"],
+        },
+    )
+    leases = LeaseService(ctx)
+    leases.create(BOB, host_request("bob", T0, T0 + 2 * H))
+    search = AvailabilityService(ctx).search
+    asked = host_request("x", None, T0).reservations
+    [window] = search(ALICE, AvailabilityQuery(asked, 3600, T0 + 10 * H))
+    assert window.start == T0 + 2 * H
+    assert [r["rule"] for r in window.usage_rules] == ["gpus"]
+    assert window.usage_rules[0]["figure"] == 2
+    [later] = search(ALICE, AvailabilityQuery(asked, 3600, T0 + 10 * H, T0 + 5 * H))
+    assert [r["rule"] for r in later.usage_rules] == ["soon", "gpus"]
+
+
+def test_counter_offers_are_only_what_the_rules_allow(
+    settings: Settings, db: Database, clock: ManualClock, hosts: HostService
+) -> None:
+    add_hosts(hosts, 1)
+    request = host_request("x", T0 + 2 * H, T0 + 3 * H)
+    for rules, offered in (((), ["later_start"]), ((SOON,), [])):
+        ctx = context(settings, db, clock, *rules)
+        leases = LeaseService(ctx)
+        bob = leases.create(BOB, host_request("bob", T0 + H, T0 + 3 * H))
+        with pytest.raises(NotEnoughCapacity) as caught:
+            leases.create(ALICE, request)
+        assert caught.value.details is not None
+        assert [o["kind"] for o in caught.value.details["offers"]] == offered
+        leases.delete(BOB, bob.id)
+
+
+SOON = {"name": "soon", "kind": "max_advance", "limit": "150m"}

@@ -782,6 +782,19 @@ SCHEMAS: dict[str, JsonSchema] = {
             }
         ],
     },
+    "UsageDecision": _record(
+        {
+            "rule": STRING,
+            "kind": STRING,
+            "limit": {"type": "number"},
+            "figure": {"type": "number"},
+            "unit": STRING,
+            "allowed": {"type": "boolean"},
+            "exempt": {"type": "boolean"},
+            "message": STRING,
+        },
+        description="One usage rule's decision on a lease (docs/fair-share.md)",
+    ),
     "AvailabilityWindow": _record(
         {
             "start_date": LEASE_DATE_STRING,
@@ -847,6 +860,12 @@ SCHEMAS: dict[str, JsonSchema] = {
                     "required": ["resource_type", "available"],
                     "additionalProperties": False,
                 },
+            },
+            "usage_rules": {
+                "type": "array",
+                "description": "the usage rules a lease taking this window would break "
+                "(docs/fair-share.md); empty when none",
+                "items": _ref("UsageDecision"),
             },
         }
     ),

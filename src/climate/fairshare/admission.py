@@ -12,6 +12,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -38,6 +39,7 @@ from climate.fairshare.rules import (
 )
 from climate.notify import bus
 from climate.planner.query import MATCH_ALL
+from climate.resources.hosts import PhysicalHostType
 from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
@@ -211,11 +213,7 @@ def spans(
     for h in rows:
         if h.resource_type == "physical:host":
             props = hosts.get(h.what, {})
-            amounts = {
-                "hosts": 1.0,
-                "vcpus": float(props.get("vcpus") or 0),
-                "gpus": gpus(props, gpu),
-            }
+            amounts = _host_amounts(props, gpu)
         elif h.resource_type == "virtual:instance":
             props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.vcpus)}
         elif h.resource_type == "virtual:floatingip":
@@ -234,6 +232,120 @@ def spans(
             )
         )
     return found
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A reservation a lease would have, before it is admitted: its type and validated
+    parameters, and the resources a search found for it (None: not known; estimated from
+    the parameters then)."""
+
+    resource_type: str
+    params: Mapping[str, Any]
+    resource_ids: tuple[int, ...] | None = None
+    quantities: tuple[int, ...] = ()
+    count: int | None = None
+    """How many resources (hosts, instances, items) when ``resource_ids`` is None; None:
+    the parameters' minimum."""
+
+
+def forecast(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor,
+    start: dt.datetime,
+    end: dt.datetime,
+    planned: Sequence[Planned],
+) -> list[Decision]:
+    """The rules a lease of ``actor`` holding ``planned`` over [start, end) would break if it
+    were admitted now (the availability search's windows, counter-offers). Resources not found
+    yet are estimated from what matches: a property-scoped rule counts them only when every
+    matching host is in its scope, with the fewest units any of them has."""
+    rules = [r for r in ctx.settings.rules if actor.project_id not in r.exempt_projects]
+    if not rules:
+        return []
+    now = ctx.clock.now()
+    admission = Admission(
+        PLANNED,
+        actor.project_id,
+        actor.user_id,
+        now.timestamp(),
+        start.timestamp(),
+        end.timestamp(),
+        frozenset(p.resource_type for p in planned),
+    )
+    low, high, _ = reach(rules, admission)
+    types = needed_types(rules)
+    found = spans(ctx, session, actor.project_id, low, high, types) if types else []
+    hosts = host_facts(ctx.db, session)
+    gpu = ctx.settings.usage_gpu_property
+    for p in planned:
+        found.extend(_planned_spans(ctx, session, p, hosts, gpu, actor.user_id, admission))
+    return [d for d in evaluate(rules, admission, found) if not d.allowed]
+
+
+PLANNED = "(planned)"
+"""The lease id of a lease not admitted yet."""
+
+
+def _planned_spans(
+    ctx: ServiceContext,
+    session: Session,
+    p: Planned,
+    hosts: Mapping[int, Mapping[str, Any]],
+    gpu: str,
+    user: str,
+    admission: Admission,
+) -> list[Span]:
+    def span_(props: Mapping[str, Any], amounts: dict[str, float]) -> Span:
+        return Span(PLANNED, user, p.resource_type, props, amounts, admission.start, admission.end)
+
+    low = int(p.params.get("min", p.params.get("amount", 1)))
+    count = p.count if p.count is not None else low
+    if p.resource_type == "physical:host":
+        if p.resource_ids is not None:
+            return [
+                span_(hosts.get(h, {}), _host_amounts(hosts.get(h, {}), gpu))
+                for h in p.resource_ids
+            ]
+        host_type = ctx.resource_types["physical:host"]
+        assert isinstance(host_type, PhysicalHostType)
+        matching = host_type.inventory.matching(
+            session, p.params["hypervisor_properties"], p.params["resource_properties"]
+        )
+        props = [hosts.get(int(h), {}) for h in matching.ids.tolist()]
+        common = _common(props)
+        amounts = {
+            unit: min((_host_amounts(h, gpu)[unit] for h in props), default=0.0)
+            for unit in ("hosts", "vcpus", "gpus")
+        }
+        return [span_(common, amounts) for _ in range(count)]
+    if p.resource_type == "virtual:instance":
+        vcpus = float(p.params["vcpus"])
+        if p.resource_ids is not None:
+            return [
+                span_(hosts.get(h, {}), {"vcpus": vcpus * n})
+                for h, n in zip(p.resource_ids, p.quantities, strict=True)
+            ]
+        return [span_({}, {"vcpus": vcpus * count})]
+    if p.resource_type == "virtual:floatingip":
+        return [span_({}, {"ips": float(count)})]
+    if p.resource_type == "virtual:volume":
+        gb = sum(p.quantities) if p.quantities else int(p.params["size_gb"]) * count
+        return [span_({}, {"gb": float(gb)})]
+    return []
+
+
+def _common(props: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The properties every one of ``props`` has with the same value."""
+    if not props:
+        return {}
+    first = dict(props[0])
+    return {k: v for k, v in first.items() if all(p.get(k) == v for p in props[1:])}
+
+
+def _host_amounts(props: Mapping[str, Any], gpu: str) -> dict[str, float]:
+    return {"hosts": 1.0, "vcpus": float(props.get("vcpus") or 0), "gpus": gpus(props, gpu)}
 
 
 def gpus(properties: Mapping[str, Any], name: str) -> float:

@@ -206,7 +206,7 @@ class LeaseService:
         if request.lease_type in WAITING_TYPES:
             return self._create_waiting_type(actor, checked, now)
         with (
-            offers.explaining(self.ctx, request, start, checked.params),
+            offers.explaining(self.ctx, request, start, checked.params, actor),
             contextlib.suppress(offers.DryRun),
             self.ctx.db.transaction() as session,
         ):

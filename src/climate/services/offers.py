@@ -84,14 +84,15 @@ def explaining(
     request: LeaseRequest,
     start: dt.datetime,
     params: Sequence[Mapping[str, Any]],
+    actor: Actor | None = None,
 ) -> Iterator[None]:
     """Adds the reason and counter-offers to a ``NotEnoughCapacity`` raised inside (once the
-    transaction inside has rolled back)."""
+    transaction inside has rolled back); with ``actor``, only offers no usage rule forbids."""
     try:
         yield
     except NotEnoughCapacity as refused:
         if refused.details is None:
-            refusal = explain(ctx, request, start, request.end, params)
+            refusal = explain(ctx, request, start, request.end, params, actor)
             refused.details = wire.refusal(refusal, request, params)
         raise
 
@@ -123,11 +124,13 @@ def explain(
     start: dt.datetime,
     end: dt.datetime,
     params: Sequence[Mapping[str, Any]],
+    actor: Actor | None = None,
 ) -> Refusal:
     """Why the reservations of ``request`` do not fit in [start, end), and up to three offers
     that would: the earliest later start (within ``offer_search_days``), the most resources that
     fit in the window, the longest lease from ``start``. Offers are made only when every
-    reservation's type can be searched."""
+    reservation's type can be searched, and, for ``actor``, when no usage rule forbids them
+    (``fairshare.forecast``)."""
     types = [ctx.resource_types[str(r.resource_type)] for r in request.reservations]
     unexplained = tuple((i, t.name) for i, t in enumerate(types) if not searchable(t))
     begin, finish = seconds(start), seconds(end)
@@ -158,7 +161,24 @@ def explain(
                 for cut, own, s in zip(o.counts, asked, shortfalls, strict=True)
             )
         offers.append(Offer(o.kind, at, until, counts, o.below_request))
+    if actor is not None and offers and ctx.settings.rules:
+        offers = [o for o in offers if not _forbidden(ctx, actor, types, params, o)]
     return Refusal(start, end, tuple(shortfalls), unexplained, tuple(offers))
+
+
+def _forbidden(
+    ctx: ServiceContext,
+    actor: Actor,
+    types: Sequence[ResourceType],
+    params: Sequence[Mapping[str, Any]],
+    offer: Offer,
+) -> bool:
+    planned = [
+        fairshare.Planned(t.name, p, count=low)
+        for t, p, (low, _) in zip(types, params, offer.counts, strict=True)
+    ]
+    with ctx.db.reader() as session:
+        return bool(fairshare.forecast(ctx, session, actor, offer.start, offer.end, planned))
 
 
 def _counts(params: Mapping[str, Any]) -> tuple[int, int]:

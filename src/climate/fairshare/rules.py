@@ -6,11 +6,12 @@ Times are seconds since the epoch (floats), amounts are per unit (``UNITS``).
 
 from __future__ import annotations
 
+import bisect
 import enum
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from climate.errors import MalformedQuery
@@ -84,6 +85,13 @@ class Rule:
         if self.resource_type is not None and resource_type != self.resource_type:
             return False
         if self.unit is not None and resource_type not in UNITS[self.unit]:
+            return False
+        return self.properties is MATCH_ALL or self.properties.matches(properties)
+
+    def scoped(self, resource_type: str, properties: Properties) -> bool:
+        """Whether a resource is in the rule's resource type and properties (whatever it
+        holds)."""
+        if self.resource_type is not None and resource_type != self.resource_type:
             return False
         return self.properties is MATCH_ALL or self.properties.matches(properties)
 
@@ -391,40 +399,65 @@ def evaluate(
     ``reach`` of the rules, the lease's own resources included (``lease_id``); None when its
     resources are not chosen yet: rules that need them, or a property scope, are left out."""
     decisions: list[Decision] = []
-    own = [s for s in spans or () if s.lease_id == admission.lease_id]
+    pool = _Pool(spans or (), admission)
     for rule in rules:
         if spans is None and (rule.kind not in DURATION_KINDS or rule.properties is not MATCH_ALL):
             continue
-        if not _in_scope(rule, admission, own, spans is None):
+        if not _in_scope(rule, admission, pool, spans is None):
             continue
         if admission.project_id in rule.exempt_projects:
             decisions.append(
                 Decision(rule, True, 0.0, f"project {admission.project_id} is exempt", True)
             )
             continue
-        decision = _decide(rule, admission, spans or (), own)
+        decision = _decide(rule, admission, pool)
         if decision is not None:
             decisions.append(decision)
     return decisions
 
 
-def _in_scope(rule: Rule, admission: Admission, own: Sequence[Span], unchosen: bool) -> bool:
+class _Pool:
+    """The spans grouped by resource type and properties (spans of one resource share their
+    properties), so that each rule tests its scope once per group, not once per span."""
+
+    def __init__(self, spans: Sequence[Span], admission: Admission) -> None:
+        groups: dict[tuple[str, int], tuple[str, Properties, list[Span], list[Span]]] = {}
+        for s in spans:
+            key = (s.resource_type, id(s.properties))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (s.resource_type, s.properties, [], [])
+            group[2].append(s)
+            if s.user_id == admission.user_id:
+                group[3].append(s)
+        self.groups = list(groups.values())
+        self.lease_id = admission.lease_id
+
+    def select(self, test: Callable[[str, Properties], bool], per: str) -> list[Span]:
+        """The spans of the groups passing ``test``: the project's, or the user's."""
+        chosen: list[Span] = []
+        for resource_type, properties, everyone, users in self.groups:
+            if test(resource_type, properties):
+                chosen.extend(everyone if per == "project" else users)
+        return chosen
+
+    def own(self, test: Callable[[str, Properties], bool]) -> bool:
+        """Whether the lease itself holds a resource passing ``test``."""
+        return any(
+            test(resource_type, properties) and any(s.lease_id == self.lease_id for s in users)
+            for resource_type, properties, _, users in self.groups
+        )
+
+
+def _in_scope(rule: Rule, admission: Admission, pool: _Pool, unchosen: bool) -> bool:
     if rule.kind in COUNTED_KINDS and not unchosen:
-        return any(rule.covers(s.resource_type, s.properties) for s in own)
+        return pool.own(rule.covers)
     if rule.properties is MATCH_ALL:
         return rule.resource_type is None or rule.resource_type in admission.resource_types
-    return any(_scoped(rule, s) for s in own)
+    return pool.own(rule.scoped)
 
 
-def _scoped(rule: Rule, span_: Span) -> bool:
-    if rule.resource_type is not None and span_.resource_type != rule.resource_type:
-        return False
-    return rule.properties is MATCH_ALL or rule.properties.matches(span_.properties)
-
-
-def _decide(
-    rule: Rule, admission: Admission, spans: Sequence[Span], own: Sequence[Span]
-) -> Decision | None:
+def _decide(rule: Rule, admission: Admission, pool: _Pool) -> Decision | None:
     start, end = admission.start, admission.end
     if rule.kind == Kind.MAX_LENGTH:
         figure = end - start
@@ -441,24 +474,15 @@ def _decide(
             return _judge(rule, figure, f"this update extends it by {span(figure)}")
         figure = max(0.0, previous[1] - admission.now)
         return _judge(rule, figure, f"it is asked {span(figure)} before the lease ends")
-    mine = [
-        s
-        for s in spans
-        if _scoped(rule, s)
-        and (rule.per == "project" or s.user_id == admission.user_id)
-        and (
-            rule.kind == Kind.STACKING
-            or (rule.unit is not None and rule.covers(s.resource_type, s.properties))
-        )
-    ]
     if rule.kind == Kind.CONCURRENT:
-        figure = peak(mine, str(rule.unit), start, end)
+        figure = peak(pool.select(rule.covers, rule.per), str(rule.unit), start, end)
         return _judge(
             rule,
             figure,
             f"with this lease the {rule.per} would hold {number(figure)} {rule.unit} at once",
         )
     if rule.kind == Kind.BUDGET:
+        mine = pool.select(rule.covers, rule.per)
         figure = rolling(mine, str(rule.unit), rule.window, start, end) / DAY
         return _judge(
             rule,
@@ -466,9 +490,9 @@ def _decide(
             f"with this lease the {rule.per} would use {number(figure)} {unit_of(rule)} "
             f"in {span(rule.window)}",
         )
-    if not any(_scoped(rule, s) for s in own):
+    if not pool.own(rule.scoped):
         return None
-    figure = float(chain(mine, admission.lease_id, rule.gap))
+    figure = float(chain(pool.select(rule.scoped, rule.per), admission.lease_id, rule.gap))
     return _judge(
         rule,
         figure,
@@ -512,15 +536,37 @@ def held_over(spans: Sequence[Span], unit: str, low: float, high: float) -> floa
 def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: float) -> float:
     """The most unit-seconds held in any window of length ``window`` that overlaps [start,
     end). What a window holds is piecewise linear in its position, so its maximum is where the
-    window's start or end meets a span's start or end, or at the ends of the range."""
+    window's start or end meets a span's start or end, or at the ends of the range; each is
+    read off the running total of unit-seconds (sorted once: no span is summed twice)."""
+    changes: dict[float, float] = {}
+    for s in spans:
+        amount = s.amounts.get(unit, 0.0)
+        if amount and s.start < s.end:
+            changes[s.start] = changes.get(s.start, 0.0) + amount
+            changes[s.end] = changes.get(s.end, 0.0) - amount
+    points = sorted(changes)
+    totals: list[float] = []  # unit-seconds held before each point
+    rates: list[float] = []  # units held from each point on
+    total = rate = 0.0
+    previous = points[0] if points else 0.0
+    for p in points:
+        total += rate * (p - previous)
+        rate += changes[p]
+        totals.append(total)
+        rates.append(rate)
+        previous = p
+
+    def held_until(x: float) -> float:
+        k = bisect.bisect_right(points, x) - 1
+        return 0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])
+
     low, high = start - window, end
     candidates = {low, high}
-    for s in spans:
-        for p in (s.start, s.end):
-            for t in (p, p - window):
-                if low <= t <= high:
-                    candidates.add(t)
-    return max(held_over(spans, unit, t, t + window) for t in candidates)
+    for p in points:
+        for t in (p, p - window):
+            if low <= t <= high:
+                candidates.add(t)
+    return max(held_until(t + window) - held_until(t) for t in candidates)
 
 
 def chain(spans: Sequence[Span], lease_id: str, gap: float) -> int:

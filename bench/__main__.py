@@ -19,6 +19,7 @@ from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixe
 from bench.openstack import openstack_targets, print_openstack, run_openstack
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
+from bench.rules import print_rules, rules_targets, run_rules
 from bench.scale import print_scale, run_scale, scale_targets
 from bench.scenarios import CreateConfig, EventsConfig, events_targets, run_create, run_events
 from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
@@ -45,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
             "instances",
             "mixed",
             "openstack",
+            "rules",
             "all",
         ],
         default="all",
@@ -459,6 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_openstack(found)
         targets += openstack_targets(found)
         results["scenarios"]["openstack"] = found
+    if args.scenario == "rules":  # not part of "all": seeding takes about a minute
+        rules = run_rules()
+        print_rules(rules)
+        targets += rules_targets(rules)
+        results["scenarios"]["rules"] = rules
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

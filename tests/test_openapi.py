@@ -238,6 +238,8 @@ def call_every_operation(call: Conformance) -> None:
     timeline = {"start": window["search_start"], "end": window["search_end"]}
     call("GET", "/v1/availability/timeline", 200, params=timeline)
     call("GET", "/v1/availability/timeline", 400, params={"end": "soon"})
+    call("GET", "/v1/policy/usage", 200, headers=MEMBER)
+    call("GET", "/v1/policy/usage", 403, params={"project_id": "project-b"}, headers=MEMBER)
     call("DELETE", "/v1/os-hosts/{host_id}", 409, at={"host_id": host_id})
     call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
     call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})

@@ -91,8 +91,8 @@ def test_a_dry_run_reports_every_broken_rule(member: httpx.Client) -> None:
 
 
 def test_usage_shows_limits_and_consumption(member: httpx.Client, server: LiveServer) -> None:
-    now = dt.datetime.now(dt.UTC)
-    created = member.post("/v1/leases", json=lease_body("now", now - dt.timedelta(seconds=30), 3))
+    body = {**lease_body("now", dt.datetime.now(dt.UTC), 3), "start_date": "now"}
+    created = member.post("/v1/leases", json=body)
     assert created.status_code == 201, created.text
     body = member.get("/v1/policy/usage").json()
     assert (body["project_id"], body["user_id"], body["external_service"]) == (

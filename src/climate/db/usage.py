@@ -1,16 +1,18 @@
 """What a project holds over a time range, for usage rules (fairshare/): one indexed range scan
 per allocation table a rule counts, bounded by the leases' windows (``ix_leases_project_end``),
-never a walk through the project's history."""
+never a walk through the project's history. The statements are built once (admission runs
+them on every lease)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import BindParameter, Float, Select, bindparam, literal, select
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.functions import FunctionElement
 
 from climate.db.tables import (
     Host,
@@ -31,71 +33,99 @@ HOST_FACTS = ("hypervisor_hostname", "hypervisor_type", "vcpus", "memory_mb", "l
 FLOATING_IP = "floatingip"
 
 
-@dataclass(frozen=True)
-class Held:
-    """One allocation row of the project: ``what`` is a host, item or pool id."""
+class Held(NamedTuple):
+    """One allocation row of the project: ``what`` is a host, item or pool id; ``start`` and
+    ``end`` in seconds since the epoch; ``amount`` the instances' vCPUs or the volume's GB (0
+    for whole resources)."""
 
     resource_type: str
     lease_id: str
     user_id: str
     what: int
-    start: dt.datetime
-    end: dt.datetime
-    vcpus: int = 0
-    gb: int = 0
+    start: float
+    end: float
+    amount: int
 
 
-def _window(project_id: str, low: dt.datetime, high: dt.datetime) -> list[Any]:
-    return [Lease.project_id == project_id, Lease.end_date > low, Lease.start_date < high]
+class epoch(FunctionElement[float]):
+    """A timestamp column as seconds since the epoch, computed by the database: no datetime
+    is built per row."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(epoch, "sqlite")
+def _sqlite_epoch(element: epoch, compiler: Any, **kw: Any) -> str:
+    # julianday's double is off by some microseconds: to the millisecond, equal times compare
+    # equal again (back-to-back leases stay back to back).
+    days = f"julianday({compiler.process(element.clauses, **kw)})"
+    return f"ROUND(({days} - 2440587.5) * 86400.0, 3)"
+
+
+@compiles(epoch, "postgresql")
+def _postgresql_epoch(element: epoch, compiler: Any, **kw: Any) -> str:
+    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS FLOAT)"
+
+
+_PROJECT: BindParameter[Any] = bindparam("project")
+_USER: BindParameter[Any] = bindparam("user")
+_LOW: BindParameter[Any] = bindparam("low")
+_HIGH: BindParameter[Any] = bindparam("high")
+_LEASES = (Lease.project_id == _PROJECT, Lease.end_date > _LOW, Lease.start_date < _HIGH)
+
+
+def _held(table: Any, kind: str, what: Any, amount: Any = 0) -> Select[Any]:
+    return (
+        select(
+            literal(kind),
+            table.lease_id,
+            Lease.user_id,
+            what,
+            epoch(table.start_date),
+            epoch(table.end_date),
+            literal(amount) if isinstance(amount, int) else amount,
+        )
+        .join(Lease, Lease.id == table.lease_id)
+        .where(*_LEASES, table.end_date > _LOW, table.start_date < _HIGH)
+    )
+
+
+_STATEMENTS: dict[str, Select[Any]] = {
+    "physical:host": _held(HostAllocation, "physical:host", HostAllocation.host_id),
+    "virtual:instance": _held(
+        InstanceAllocation,
+        "virtual:instance",
+        InstanceAllocation.host_id,
+        InstanceAllocation.vcpus,
+    ),
+    "virtual:floatingip": _held(ItemAllocation, "virtual:floatingip", ItemAllocation.item_id)
+    .join(Item, Item.id == ItemAllocation.item_id)
+    .where(Item.kind == FLOATING_IP),
+    "virtual:volume": _held(
+        VolumeAllocation, "virtual:volume", VolumeAllocation.pool_id, VolumeAllocation.size_gb
+    ),
+}
+_USERS = {kind: statement.where(Lease.user_id == _USER) for kind, statement in _STATEMENTS.items()}
 
 
 def held(
     session: Session,
     project_id: str,
+    user_id: str | None,
     low: dt.datetime,
     high: dt.datetime,
     resource_types: Collection[str],
 ) -> list[Held]:
-    """Every allocation of ``project_id``'s leases (deleted ones too: what they held until
-    then was used) of ``resource_types`` overlapping [low, high)."""
+    """Every allocation of ``project_id``'s leases (of ``user_id``'s only, unless None;
+    deleted leases too: what they held until then was used) of ``resource_types``
+    overlapping [low, high)."""
     found: list[Held] = []
-    leases = _window(project_id, low, high)
-    if "physical:host" in resource_types:
-        a = HostAllocation
-        rows = session.execute(
-            select(a.lease_id, Lease.user_id, a.host_id, a.start_date, a.end_date)
-            .join(Lease, Lease.id == a.lease_id)
-            .where(*leases, a.end_date > low, a.start_date < high)
-        )
-        found.extend(Held("physical:host", *row) for row in rows)
-    if "virtual:instance" in resource_types:
-        i = InstanceAllocation
-        rows = session.execute(
-            select(i.lease_id, Lease.user_id, i.host_id, i.start_date, i.end_date, i.vcpus)
-            .join(Lease, Lease.id == i.lease_id)
-            .where(*leases, i.end_date > low, i.start_date < high)
-        )
-        found.extend(Held("virtual:instance", *row) for row in rows)
-    if "virtual:floatingip" in resource_types:
-        t = ItemAllocation
-        rows = session.execute(
-            select(t.lease_id, Lease.user_id, t.item_id, t.start_date, t.end_date)
-            .join(Lease, Lease.id == t.lease_id)
-            .join(Item, Item.id == t.item_id)
-            .where(*leases, Item.kind == FLOATING_IP, t.end_date > low, t.start_date < high)
-        )
-        found.extend(Held("virtual:floatingip", *row) for row in rows)
-    if "virtual:volume" in resource_types:
-        v = VolumeAllocation
-        volumes = session.execute(
-            select(v.lease_id, Lease.user_id, v.pool_id, v.start_date, v.end_date, v.size_gb)
-            .join(Lease, Lease.id == v.lease_id)
-            .where(*leases, v.end_date > low, v.start_date < high)
-        )
-        found.extend(
-            Held("virtual:volume", lease, user, pool, start, end, gb=size)
-            for lease, user, pool, start, end, size in volumes
-        )
+    bounds = {"project": project_id, "user": user_id, "low": low, "high": high}
+    statements = _STATEMENTS if user_id is None else _USERS
+    for resource_type, statement in statements.items():
+        if resource_type in resource_types:
+            found.extend(Held._make(row) for row in session.execute(statement, bounds))
     return found
 
 

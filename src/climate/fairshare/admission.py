@@ -167,10 +167,24 @@ def judge(
         previous,
     )
     active = [r for r in rules if lease.project_id not in r.exempt_projects]
-    low, high, _ = reach(active, admission)
-    types = needed_types(active)
-    found = spans(ctx, session, lease.project_id, low, high, types) if types else []
-    return evaluate(rules, admission, found)
+    users, project = _consumption(ctx, session, active, admission)
+    return evaluate(rules, admission, users, project)
+
+
+def _consumption(
+    ctx: ServiceContext, session: Session, rules: Sequence[Rule], admission: Admission
+) -> tuple[list[Span], list[Span] | None]:
+    """What the rules need: the user's spans (the lease's own included), and the project's
+    when a rule counts per project: each over the range its rules look at."""
+    types = needed_types(rules) & admission.resource_types
+    if not types:
+        return [], None
+    project_id, user_id = admission.project_id, admission.user_id
+    low, high = reach(rules, admission, "user") or (admission.start, admission.end)
+    users = spans(ctx, session, project_id, user_id, low, high, types)
+    ours = reach(rules, admission, "project")
+    project = None if ours is None else spans(ctx, session, project_id, None, *ours, types)
+    return users, project
 
 
 def needed_types(rules: Sequence[Rule]) -> frozenset[str]:
@@ -188,15 +202,17 @@ def spans(
     ctx: ServiceContext,
     session: Session,
     project_id: str,
+    user_id: str | None,
     low: float,
     high: float,
     types: frozenset[str],
 ) -> list[Span]:
-    """What ``project_id`` holds of ``types`` over [low, high), with each resource's
-    properties and amounts."""
+    """What ``project_id`` (``user_id`` in it, unless None) holds of ``types`` over [low,
+    high), with each resource's properties and amounts."""
     rows = usage_rows.held(
         session,
         project_id,
+        user_id,
         dt.datetime.fromtimestamp(low, dt.UTC),
         dt.datetime.fromtimestamp(high, dt.UTC),
         types,
@@ -215,22 +231,12 @@ def spans(
             props = hosts.get(h.what, {})
             amounts = _host_amounts(props, gpu)
         elif h.resource_type == "virtual:instance":
-            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.vcpus)}
+            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.amount)}
         elif h.resource_type == "virtual:floatingip":
             props, amounts = items[h.what], {"ips": 1.0}
         else:
-            props, amounts = pools[h.what], {"gb": float(h.gb)}
-        found.append(
-            Span(
-                h.lease_id,
-                h.user_id,
-                h.resource_type,
-                props,
-                amounts,
-                h.start.timestamp(),
-                h.end.timestamp(),
-            )
-        )
+            props, amounts = pools[h.what], {"gb": float(h.amount)}
+        found.append(Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end))
     return found
 
 
@@ -274,14 +280,15 @@ def forecast(
         end.timestamp(),
         frozenset(p.resource_type for p in planned),
     )
-    low, high, _ = reach(rules, admission)
-    types = needed_types(rules)
-    found = spans(ctx, session, actor.project_id, low, high, types) if types else []
+    users, project = _consumption(ctx, session, rules, admission)
     hosts = host_facts(ctx.db, session)
     gpu = ctx.settings.usage_gpu_property
     for p in planned:
-        found.extend(_planned_spans(ctx, session, p, hosts, gpu, actor.user_id, admission))
-    return [d for d in evaluate(rules, admission, found) if not d.allowed]
+        own = _planned_spans(ctx, session, p, hosts, gpu, actor.user_id, admission)
+        users.extend(own)
+        if project is not None:
+            project.extend(own)
+    return [d for d in evaluate(rules, admission, users, project) if not d.allowed]
 
 
 PLANNED = "(planned)"

@@ -58,7 +58,7 @@ class UsageService:
         types = needed_types([r for r in wanted if r.kind in (Kind.CONCURRENT, Kind.BUDGET)])
         if types:
             with self.ctx.db.reader() as session:
-                found = spans(self.ctx, session, project, now - back, now + ahead, types)
+                found = spans(self.ctx, session, project, None, now - back, now + ahead, types)
         figures = []
         for rule in rules:
             exempt = project in rule.exempt_projects

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from climate.errors import MalformedQuery
 from climate.planner.query import MATCH_ALL, Properties, Query, parse_query
@@ -121,9 +122,9 @@ class Rule:
         )
 
 
-@dataclass(frozen=True)
-class Span:
-    """One resource (or a bundle of one type) a lease of the owner holds over [start, end)."""
+class Span(NamedTuple):
+    """One resource (or a bundle of one type) a lease of the owner holds over [start, end)
+    (a tuple: admission builds one per allocation row it reads)."""
 
     lease_id: str
     user_id: str
@@ -365,41 +366,32 @@ def _check_coherent(rules: Sequence[Rule]) -> None:
 # -- evaluation ------------------------------------------------------------------------------
 
 
-def reach(rules: Iterable[Rule], admission: Admission) -> tuple[float, float, frozenset[str]]:
-    """The time range [start, end) of consumption the rules need to judge ``admission`` and
-    the units they count (none: no consumption is needed)."""
-    low, high = admission.start, admission.end
-    units: set[str] = set()
+def reach(rules: Iterable[Rule], admission: Admission, per: str) -> tuple[float, float] | None:
+    """The time range [start, end) of the consumption the rules counting per ``per`` (user or
+    project) need to judge ``admission``; None when none does."""
+    found: tuple[float, float] | None = None
     for rule in rules:
-        if rule.kind in COUNTED_KINDS:
-            units.add(str(rule.unit))
-        if rule.kind == Kind.BUDGET:
-            low, high = (
-                min(low, admission.start - rule.window),
-                max(high, admission.end + rule.window),
-            )
-        elif rule.kind == Kind.STACKING:
-            units.add("leases")
-            low, high = (
-                min(low, admission.start - rule.window),
-                max(high, admission.end + rule.window),
-            )
-    return low, high, frozenset(units)
-
-
-def applicable(rules: Iterable[Rule], project_id: str) -> list[Rule]:
-    return [r for r in rules if project_id not in r.exempt_projects]
+        if rule.per != per or rule.kind in DURATION_KINDS:
+            continue
+        pad = rule.window if rule.kind in (Kind.BUDGET, Kind.STACKING) else 0.0
+        low, high = admission.start - pad, admission.end + pad
+        found = (low, high) if found is None else (min(found[0], low), max(found[1], high))
+    return found
 
 
 def evaluate(
-    rules: Sequence[Rule], admission: Admission, spans: Sequence[Span] | None
+    rules: Sequence[Rule],
+    admission: Admission,
+    spans: Sequence[Span] | None,
+    project: Sequence[Span] | None = None,
 ) -> list[Decision]:
     """A decision for every rule whose scope the lease falls in (an exempt project's rules are
     decided allowed and marked ``exempt``). ``spans``: what the owner's project holds in the
-    ``reach`` of the rules, the lease's own resources included (``lease_id``); None when its
-    resources are not chosen yet: rules that need them, or a property scope, are left out."""
+    ``reach`` of the rules, the lease's own resources included (``lease_id``), or only what
+    its user holds when ``project`` gives the project's; None when its resources are not
+    chosen yet: rules that need them, or a property scope, are left out."""
     decisions: list[Decision] = []
-    pool = _Pool(spans or (), admission)
+    pool = _Pool(spans or (), project, admission)
     for rule in rules:
         if spans is None and (rule.kind not in DURATION_KINDS or rule.properties is not MATCH_ALL):
             continue
@@ -420,16 +412,25 @@ class _Pool:
     """The spans grouped by resource type and properties (spans of one resource share their
     properties), so that each rule tests its scope once per group, not once per span."""
 
-    def __init__(self, spans: Sequence[Span], admission: Admission) -> None:
+    def __init__(
+        self, spans: Sequence[Span], project: Sequence[Span] | None, admission: Admission
+    ) -> None:
         groups: dict[tuple[str, int], tuple[str, Properties, list[Span], list[Span]]] = {}
-        for s in spans:
+
+        def group_of(s: Span) -> tuple[str, Properties, list[Span], list[Span]]:
             key = (s.resource_type, id(s.properties))
             group = groups.get(key)
             if group is None:
                 group = groups[key] = (s.resource_type, s.properties, [], [])
-            group[2].append(s)
+            return group
+
+        for s in spans:
+            if project is None:
+                group_of(s)[2].append(s)
             if s.user_id == admission.user_id:
-                group[3].append(s)
+                group_of(s)[3].append(s)
+        for s in project or ():
+            group_of(s)[2].append(s)
         self.groups = list(groups.values())
         self.lease_id = admission.lease_id
 

@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Collection, Iterable
 from typing import Any, NamedTuple
 
-from sqlalchemy import BindParameter, Float, Select, bindparam, literal, select
+from sqlalchemy import BindParameter, Float, Select, bindparam, literal, select, union_all
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
@@ -34,9 +34,9 @@ FLOATING_IP = "floatingip"
 
 
 class Held(NamedTuple):
-    """One allocation row of the project: ``what`` is a host, item or pool id; ``start`` and
-    ``end`` in seconds since the epoch; ``amount`` the instances' vCPUs or the volume's GB (0
-    for whole resources)."""
+    """One allocation row: ``what`` is a host, item or pool id; ``start`` and ``end`` in
+    seconds since the epoch; ``amount`` the instances' vCPUs or the volume's GB (0 for whole
+    resources); ``mine``: read as the user's (else as the project's)."""
 
     resource_type: str
     lease_id: str
@@ -45,6 +45,7 @@ class Held(NamedTuple):
     start: float
     end: float
     amount: int
+    mine: bool
 
 
 class epoch(FunctionElement[float]):
@@ -70,13 +71,22 @@ def _postgresql_epoch(element: epoch, compiler: Any, **kw: Any) -> str:
 
 _PROJECT: BindParameter[Any] = bindparam("project")
 _USER: BindParameter[Any] = bindparam("user")
-_LOW: BindParameter[Any] = bindparam("low")
-_HIGH: BindParameter[Any] = bindparam("high")
-_LEASES = (Lease.project_id == _PROJECT, Lease.end_date > _LOW, Lease.start_date < _HIGH)
+_BOUNDS: dict[bool, tuple[BindParameter[Any], BindParameter[Any]]] = {
+    True: (bindparam("low"), bindparam("high")),
+    False: (bindparam("project_low"), bindparam("project_high")),
+}
+_TABLES: dict[str, tuple[Any, Any, Any]] = {
+    "physical:host": (HostAllocation, HostAllocation.host_id, 0),
+    "virtual:instance": (InstanceAllocation, InstanceAllocation.host_id, InstanceAllocation.vcpus),
+    "virtual:floatingip": (ItemAllocation, ItemAllocation.item_id, 0),
+    "virtual:volume": (VolumeAllocation, VolumeAllocation.pool_id, VolumeAllocation.size_gb),
+}
 
 
-def _held(table: Any, kind: str, what: Any, amount: Any = 0) -> Select[Any]:
-    return (
+def _held(kind: str, mine: bool) -> Select[Any]:
+    table, what, amount = _TABLES[kind]
+    low, high = _BOUNDS[mine]
+    statement = (
         select(
             literal(kind),
             table.lease_id,
@@ -85,48 +95,54 @@ def _held(table: Any, kind: str, what: Any, amount: Any = 0) -> Select[Any]:
             epoch(table.start_date),
             epoch(table.end_date),
             literal(amount) if isinstance(amount, int) else amount,
+            literal(mine),
         )
         .join(Lease, Lease.id == table.lease_id)
-        .where(*_LEASES, table.end_date > _LOW, table.start_date < _HIGH)
+        .where(
+            Lease.project_id == _PROJECT,
+            Lease.end_date > low,
+            Lease.start_date < high,
+            table.end_date > low,
+            table.start_date < high,
+        )
     )
+    if kind == "virtual:floatingip":
+        statement = statement.join(Item, Item.id == table.item_id).where(Item.kind == FLOATING_IP)
+    return statement.where(Lease.user_id == _USER) if mine else statement
 
 
-_STATEMENTS: dict[str, Select[Any]] = {
-    "physical:host": _held(HostAllocation, "physical:host", HostAllocation.host_id),
-    "virtual:instance": _held(
-        InstanceAllocation,
-        "virtual:instance",
-        InstanceAllocation.host_id,
-        InstanceAllocation.vcpus,
-    ),
-    "virtual:floatingip": _held(ItemAllocation, "virtual:floatingip", ItemAllocation.item_id)
-    .join(Item, Item.id == ItemAllocation.item_id)
-    .where(Item.kind == FLOATING_IP),
-    "virtual:volume": _held(
-        VolumeAllocation, "virtual:volume", VolumeAllocation.pool_id, VolumeAllocation.size_gb
-    ),
-}
-_USERS = {kind: statement.where(Lease.user_id == _USER) for kind, statement in _STATEMENTS.items()}
+_STATEMENTS: dict[tuple[frozenset[str], bool], Any] = {}
+
+
+def _statement(kinds: frozenset[str], project: bool) -> Any:
+    """One statement for every part asked (built once per combination)."""
+    found = _STATEMENTS.get((kinds, project))
+    if found is None:
+        parts = [_held(k, True) for k in sorted(kinds)]
+        parts += [_held(k, False) for k in sorted(kinds)] if project else []
+        found = _STATEMENTS[(kinds, project)] = parts[0] if len(parts) == 1 else union_all(*parts)
+    return found
 
 
 def held(
     session: Session,
     project_id: str,
-    user_id: str | None,
-    low: dt.datetime,
-    high: dt.datetime,
+    user_id: str,
+    mine: tuple[dt.datetime, dt.datetime],
+    ours: tuple[dt.datetime, dt.datetime] | None,
     resource_types: Collection[str],
 ) -> list[Held]:
-    """Every allocation of ``project_id``'s leases (of ``user_id``'s only, unless None;
-    deleted leases too: what they held until then was used) of ``resource_types``
-    overlapping [low, high)."""
-    found: list[Held] = []
-    bounds = {"project": project_id, "user": user_id, "low": low, "high": high}
-    statements = _STATEMENTS if user_id is None else _USERS
-    for resource_type, statement in statements.items():
-        if resource_type in resource_types:
-            found.extend(Held._make(row) for row in session.execute(statement, bounds))
-    return found
+    """In one statement: the allocations of ``user_id``'s leases in ``project_id`` over
+    ``mine`` and, unless None, those of all the project's leases over ``ours`` (deleted
+    leases too: what they held until then was used), of ``resource_types``."""
+    kinds = frozenset(resource_types).intersection(_TABLES)
+    if not kinds:
+        return []
+    bounds = {"project": project_id, "user": user_id, "low": mine[0], "high": mine[1]}
+    if ours is not None:
+        bounds |= {"project_low": ours[0], "project_high": ours[1]}
+    rows = session.connection().execute(_statement(kinds, ours is not None), bounds)
+    return [Held._make(row) for row in rows]
 
 
 def host_facts(session: Session) -> dict[int, dict[str, Any]]:

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.orm import Session
 
@@ -44,11 +44,12 @@ from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 COUNTED_TYPES = frozenset().union(*UNITS.values())
+HOST_BASED = frozenset({"physical:host", "virtual:instance"})
 CREATE, UPDATE, CONFIRM, QUEUE = "create", "update", "confirm", "queue"
 _TRIAL: ContextVar[bool] = ContextVar("climate_usage_trial", default=False)
-_FACTS: weakref.WeakKeyDictionary[Database, tuple[int, dict[int, dict[str, Any]]]] = (
-    weakref.WeakKeyDictionary()
-)
+_FACTS: weakref.WeakKeyDictionary[
+    Database, tuple[int, str, dict[int, dict[str, Any]], dict[int, dict[str, float]]]
+] = weakref.WeakKeyDictionary()
 _FACTS_LOCK = threading.Lock()
 
 
@@ -129,15 +130,8 @@ def admit(
             _after_rollback(session, lambda: record_refusal(ctx, actor, values, step, bodies))
         raise refusal(broken)
     if recorded and decisions:
-        _audit(
-            session,
-            now,
-            actor,
-            "usage.allow",
-            _lease_values(lease),
-            step,
-            [d.body() for d in decisions],
-        )
+        summary = [d.summary() for d in decisions]
+        _audit(session, now, actor, "usage.allow", _lease_values(lease), step, summary)
     if url and not dry_run and not _TRIAL.get():
         _ask(ctx, session, actor, lease, step, url, before)
 
@@ -179,12 +173,9 @@ def _consumption(
     types = needed_types(rules) & admission.resource_types
     if not types:
         return [], None
-    project_id, user_id = admission.project_id, admission.user_id
-    low, high = reach(rules, admission, "user") or (admission.start, admission.end)
-    users = spans(ctx, session, project_id, user_id, low, high, types)
+    mine = reach(rules, admission, "user") or (admission.start, admission.end)
     ours = reach(rules, admission, "project")
-    project = None if ours is None else spans(ctx, session, project_id, None, *ours, types)
-    return users, project
+    return spans(ctx, session, admission.project_id, admission.user_id, mine, ours, types)
 
 
 def needed_types(rules: Sequence[Rule]) -> frozenset[str]:
@@ -202,42 +193,49 @@ def spans(
     ctx: ServiceContext,
     session: Session,
     project_id: str,
-    user_id: str | None,
-    low: float,
-    high: float,
+    user_id: str,
+    mine: tuple[float, float],
+    ours: tuple[float, float] | None,
     types: frozenset[str],
-) -> list[Span]:
-    """What ``project_id`` (``user_id`` in it, unless None) holds of ``types`` over [low,
-    high), with each resource's properties and amounts."""
+) -> tuple[list[Span], list[Span] | None]:
+    """What ``user_id`` holds of ``types`` in ``project_id`` over ``mine`` and, unless None,
+    what the whole project holds over ``ours``, with each resource's properties and amounts."""
+
+    def moment(seconds: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
     rows = usage_rows.held(
         session,
         project_id,
         user_id,
-        dt.datetime.fromtimestamp(low, dt.UTC),
-        dt.datetime.fromtimestamp(high, dt.UTC),
+        (moment(mine[0]), moment(mine[1])),
+        None if ours is None else (moment(ours[0]), moment(ours[1])),
         types,
     )
-    hosts = host_facts(ctx.db, session) if types & {"physical:host", "virtual:instance"} else {}
+    hosts, amounts_of = host_facts(ctx, session) if types & HOST_BASED else ({}, {})
     items = usage_rows.item_properties(
         session, (h.what for h in rows if h.resource_type == "virtual:floatingip")
     )
     pools = usage_rows.pool_properties(
         session, (h.what for h in rows if h.resource_type == "virtual:volume")
     )
-    gpu = ctx.settings.usage_gpu_property
-    found = []
+    users: list[Span] = []
+    project: list[Span] | None = None if ours is None else []
     for h in rows:
         if h.resource_type == "physical:host":
-            props = hosts.get(h.what, {})
-            amounts = _host_amounts(props, gpu)
+            props, amounts = hosts.get(h.what, {}), amounts_of.get(h.what, {})
         elif h.resource_type == "virtual:instance":
             props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.amount)}
         elif h.resource_type == "virtual:floatingip":
             props, amounts = items[h.what], {"ips": 1.0}
         else:
             props, amounts = pools[h.what], {"gb": float(h.amount)}
-        found.append(Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end))
-    return found
+        found = Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end)
+        if h.mine:
+            users.append(found)
+        elif project is not None:
+            project.append(found)
+    return users, project
 
 
 @dataclass(frozen=True)
@@ -281,10 +279,9 @@ def forecast(
         frozenset(p.resource_type for p in planned),
     )
     users, project = _consumption(ctx, session, rules, admission)
-    hosts = host_facts(ctx.db, session)
-    gpu = ctx.settings.usage_gpu_property
+    hosts, amounts = host_facts(ctx, session)
     for p in planned:
-        own = _planned_spans(ctx, session, p, hosts, gpu, actor.user_id, admission)
+        own = _planned_spans(ctx, session, p, hosts, amounts, actor.user_id, admission)
         users.extend(own)
         if project is not None:
             project.extend(own)
@@ -300,30 +297,27 @@ def _planned_spans(
     session: Session,
     p: Planned,
     hosts: Mapping[int, Mapping[str, Any]],
-    gpu: str,
+    host_amounts: Mapping[int, Mapping[str, float]],
     user: str,
     admission: Admission,
 ) -> list[Span]:
-    def span_(props: Mapping[str, Any], amounts: dict[str, float]) -> Span:
+    def span_(props: Mapping[str, Any], amounts: Mapping[str, float]) -> Span:
         return Span(PLANNED, user, p.resource_type, props, amounts, admission.start, admission.end)
 
     low = int(p.params.get("min", p.params.get("amount", 1)))
     count = p.count if p.count is not None else low
     if p.resource_type == "physical:host":
         if p.resource_ids is not None:
-            return [
-                span_(hosts.get(h, {}), _host_amounts(hosts.get(h, {}), gpu))
-                for h in p.resource_ids
-            ]
+            return [span_(hosts.get(h, {}), host_amounts.get(h, {})) for h in p.resource_ids]
         host_type = ctx.resource_types["physical:host"]
         assert isinstance(host_type, PhysicalHostType)
         matching = host_type.inventory.matching(
             session, p.params["hypervisor_properties"], p.params["resource_properties"]
         )
-        props = [hosts.get(int(h), {}) for h in matching.ids.tolist()]
-        common = _common(props)
+        ids = [int(h) for h in matching.ids.tolist()]
+        common = _common([hosts.get(h, {}) for h in ids])
         amounts = {
-            unit: min((_host_amounts(h, gpu)[unit] for h in props), default=0.0)
+            unit: min((host_amounts.get(h, {}).get(unit, 0.0) for h in ids), default=0.0)
             for unit in ("hosts", "vcpus", "gpus")
         }
         return [span_(common, amounts) for _ in range(count)]
@@ -369,17 +363,28 @@ def gpus(properties: Mapping[str, Any], name: str) -> float:
     return float(max(count, 0))
 
 
-def host_facts(db: Database, session: Session) -> dict[int, dict[str, Any]]:
-    """Every host's properties, kept per database until the inventory version moves."""
+def host_facts(
+    ctx: ServiceContext, session: Session
+) -> tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]]:
+    """Every host's properties and what it counts as (hosts, vCPUs, GPUs), kept per database
+    until the inventory version moves (read once per transaction)."""
+    known = session.info.get("usage_host_facts")
+    if known is not None:
+        return cast(
+            tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]], known
+        )
     version = host_rows.inventory_version(session)
+    gpu = ctx.settings.usage_gpu_property
     with _FACTS_LOCK:
-        cached = _FACTS.get(db)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-    facts = usage_rows.host_facts(session)
-    with _FACTS_LOCK:
-        _FACTS[db] = (version, facts)
-    return facts
+        cached = _FACTS.get(ctx.db)
+    if cached is None or cached[:2] != (version, gpu):
+        facts = usage_rows.host_facts(session)
+        amounts = {h: _host_amounts(props, gpu) for h, props in facts.items()}
+        cached = (version, gpu, facts, amounts)
+        with _FACTS_LOCK:
+            _FACTS[ctx.db] = cached
+    session.info["usage_host_facts"] = cached[2:]
+    return cached[2], cached[3]
 
 
 def refusal(broken: Sequence[Decision]) -> UsageRuleBroken:

@@ -54,20 +54,18 @@ class UsageService:
         wanted = [r for r in rules if project not in r.exempt_projects]
         back = max((r.window for r in wanted if r.kind == Kind.BUDGET), default=0.0)
         ahead = max([LOOKAHEAD, back])
-        found: list[Span] = []
+        users: list[Span] = []
+        ours: list[Span] | None = None
         types = needed_types([r for r in wanted if r.kind in (Kind.CONCURRENT, Kind.BUDGET)])
         if types:
+            span_ = (now - back, now + ahead)
             with self.ctx.db.reader() as session:
-                found = spans(self.ctx, session, project, None, now - back, now + ahead, types)
+                users, ours = spans(self.ctx, session, project, user, span_, span_, types)
         figures = []
         for rule in rules:
             exempt = project in rule.exempt_projects
-            mine = [
-                s
-                for s in found
-                if rule.covers(s.resource_type, s.properties)
-                and (rule.per == "project" or s.user_id == user)
-            ]
+            pool = users if rule.per == "user" else ours or []
+            mine = [s for s in pool if rule.covers(s.resource_type, s.properties)]
             current = later = None
             if not exempt and rule.kind == Kind.CONCURRENT:
                 current = peak(mine, str(rule.unit), now, now + 1)

@@ -156,8 +156,29 @@ class Decision:
     allowed: bool
     figure: float
     """What the rule measured (same unit as its limit)."""
-    message: str
+    what: str
+    """The figure in words."""
     exempt: bool = False
+
+    @property
+    def message(self) -> str:
+        """``usage rule 'x' (kind: what it allows): the figure; within or breaks the limit``
+        (made when shown: most decisions never are)."""
+        if self.exempt:
+            return f"usage rule {self.rule.name!r}: {self.what}"
+        verdict = "within" if self.allowed else "breaks"
+        rule = self.rule
+        allows = f"{rule.kind}: {rule.describe()}"
+        return f"usage rule {rule.name!r} ({allows}): {self.what}; {verdict} the limit"
+
+    def summary(self) -> dict[str, object]:
+        """The decision in short, as the audit log keeps an admission's decisions."""
+        return {
+            "rule": self.rule.name,
+            "figure": shown_figure(self.rule, self.figure),
+            "limit": shown_limit(self.rule),
+            "exempt": self.exempt,
+        }
 
     def body(self) -> dict[str, object]:
         """The decision as the API, the audit log and notifications show it."""
@@ -416,6 +437,7 @@ class _Pool:
         self, spans: Sequence[Span], project: Sequence[Span] | None, admission: Admission
     ) -> None:
         groups: dict[tuple[str, int], tuple[str, Properties, list[Span], list[Span]]] = {}
+        owned: set[tuple[str, int]] = set()
 
         def group_of(s: Span) -> tuple[str, Properties, list[Span], list[Span]]:
             key = (s.resource_type, id(s.properties))
@@ -429,10 +451,12 @@ class _Pool:
                 group_of(s)[2].append(s)
             if s.user_id == admission.user_id:
                 group_of(s)[3].append(s)
+            if s.lease_id == admission.lease_id:
+                owned.add((s.resource_type, id(s.properties)))
         for s in project or ():
             group_of(s)[2].append(s)
         self.groups = list(groups.values())
-        self.lease_id = admission.lease_id
+        self.owned = [(groups[key][0], groups[key][1]) for key in owned]
 
     def select(self, test: Callable[[str, Properties], bool], per: str) -> list[Span]:
         """The spans of the groups passing ``test``: the project's, or the user's."""
@@ -444,10 +468,7 @@ class _Pool:
 
     def own(self, test: Callable[[str, Properties], bool]) -> bool:
         """Whether the lease itself holds a resource passing ``test``."""
-        return any(
-            test(resource_type, properties) and any(s.lease_id == self.lease_id for s in users)
-            for resource_type, properties, _, users in self.groups
-        )
+        return any(test(resource_type, properties) for resource_type, properties in self.owned)
 
 
 def _in_scope(rule: Rule, admission: Admission, pool: _Pool, unchosen: bool) -> bool:
@@ -502,12 +523,7 @@ def _decide(rule: Rule, admission: Admission, pool: _Pool) -> Decision | None:
 
 
 def _judge(rule: Rule, figure: float, what: str) -> Decision:
-    allowed = figure <= rule.limit + 1e-9
-    verdict = "within" if allowed else "breaks"
-    message = (
-        f"usage rule {rule.name!r} ({rule.kind}: {rule.describe()}): {what}; {verdict} the limit"
-    )
-    return Decision(rule, allowed, figure, message)
+    return Decision(rule, figure <= rule.limit + 1e-9, figure, what)
 
 
 def peak(spans: Sequence[Span], unit: str, start: float, end: float) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -478,3 +479,32 @@ def test_counter_offers_are_only_what_the_rules_allow(
 
 
 SOON = {"name": "soon", "kind": "max_advance", "limit": "150m"}
+
+
+def test_concurrent_admissions_cannot_both_take_the_last_unit(
+    settings: Settings, db: Database, clock: ManualClock, gpu_hosts: list[int]
+) -> None:
+    """Eight admissions at once for a quota of one host: the rule is checked under the
+    admission lock, so exactly one is admitted."""
+    ctx = context(
+        settings, db, clock, {"name": "one", "kind": "concurrent", "unit": "hosts", "limit": 1}
+    )
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def admit(i: int) -> None:
+        leases = LeaseService(ctx)
+        barrier.wait()
+        try:
+            leases.create(ALICE, host_request(f"race-{i}", T0 + H, T0 + 2 * H))
+            outcomes.append("admitted")
+        except UsageRuleBroken:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=admit, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["admitted"] + ["refused"] * 7
+    assert len(audit_rows(ctx, "usage.deny")) == 7

@@ -24,7 +24,7 @@ from climate.db.tables import AuditLog, Lease
 from climate.domain.clock import ManualClock
 from climate.errors import UsageRuleBroken
 from climate.notify.delivery import Deliverer
-from climate.runtime import build_context
+from climate.runtime import build_context, build_workers
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
@@ -240,3 +240,19 @@ def test_on_end_is_told_when_a_lease_is_deleted_before_it_starts(
     assert path == "/enforcement/on-end"
     assert headers["X-Auth-Token"] == "s3cret"
     assert body["lease"]["id"] == lease.id and body["context"]["project_id"] == "project-a"
+
+
+def test_on_end_is_told_when_the_manager_ends_a_lease(
+    settings: Settings, db: Database, clock: ManualClock, two_hosts: list[int]
+) -> None:
+    with receiver() as service:
+        ctx = context(settings, db, clock, service.url)
+        lease = LeaseService(ctx).create(ALICE, host_request("l", None, T0 + H))
+        manager = build_workers(ctx).manager
+        manager.run_due()  # started
+        clock.advance(H)
+        manager.run_due()  # ended
+        assert Deliverer(ctx).deliver_due() == 1
+    paths = [path for path, _, _ in service.requests]
+    assert paths == ["/enforcement/check-create", "/enforcement/on-end"]
+    assert service.requests[-1][2]["lease"]["id"] == lease.id

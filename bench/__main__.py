@@ -20,6 +20,7 @@ from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixe
 from bench.openstack import openstack_targets, print_openstack, run_openstack
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
+from bench.rules import print_rules, rules_targets, run_rules
 from bench.scale import print_scale, run_scale, scale_targets
 from bench.scenarios import CreateConfig, EventsConfig, events_targets, run_create, run_events
 from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
             "openstack",
             "limit",
             "ui",
+            "rules",
             "all",
         ],
         default="all",
@@ -473,6 +475,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_ui(ui)
         targets += ui_targets(ui)
         results["scenarios"]["ui"] = ui
+    if args.scenario == "rules":  # not part of "all": seeding takes about a minute
+        rules = run_rules()
+        print_rules(rules)
+        targets += rules_targets(rules)
+        results["scenarios"]["rules"] = rules
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

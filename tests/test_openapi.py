@@ -252,6 +252,8 @@ def call_every_operation(call: Conformance) -> None:
     call("GET", "/v1/timeline", 401, headers={"X-User-Id": "alice"})
     call("GET", "/v1/leases.ics", 200)
     call("GET", "/v1/leases.ics", 200, headers=MEMBER)
+    call("GET", "/v1/policy/usage", 200, headers=MEMBER)
+    call("GET", "/v1/policy/usage", 403, params={"project_id": "project-b"}, headers=MEMBER)
     call("DELETE", "/v1/os-hosts/{host_id}", 409, at={"host_id": host_id})
     call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
     call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})

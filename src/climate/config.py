@@ -6,7 +6,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
@@ -21,6 +21,9 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from climate.errors import InvalidInput
 from climate.services.templates import parse_flavors
+
+if TYPE_CHECKING:
+    from climate.fairshare.rules import Rule
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -151,6 +154,23 @@ class Settings(BaseSettings):
     os_interface: str = ""
     keystone_www_authenticate_uri: str = ""
     """The Keystone address clients are told to authenticate at (401s); default: the auth URL."""
+    usage_rules: tuple[dict[str, Any], ...] = ()
+    """Usage rules checked at admission: the ``[[climate.usage_rules]]`` tables of the config
+    file (docs/fair-share.md); each is checked at start-up."""
+    usage_gpu_property: str = Field("gpu_count", min_length=1)
+    """The host property that says how many GPUs a host has (hosts without it have none)."""
+    external_service_base_endpoint: str = ""
+    """Blazar's ExternalServiceFilter: POST ``check-create``, ``check-update`` and ``on-end``
+    under this URL; each can be replaced by its own setting below. Empty: no external hook."""
+    external_service_check_create_endpoint: str = ""
+    external_service_check_update_endpoint: str = ""
+    external_service_on_end_endpoint: str = ""
+    external_service_token: str = ""
+    """Sent as ``X-Auth-Token`` to the external service, as Blazar does."""
+    external_service_timeout_seconds: float = Field(5.0, gt=0, le=60)
+    external_service_fail_open: bool = False
+    """An external service that times out or answers something else than 204 or 403: admit
+    (true) or refuse (false, the default). Either way it is logged."""
     keystone_token_cache_seconds: int = Field(300, ge=-1)
     """How long a validated token is trusted without asking Keystone again (keystonemiddleware's
     ``token_cache_time``; -1 asks Keystone every time): a revoked token keeps working that long."""
@@ -230,12 +250,45 @@ class Settings(BaseSettings):
 
     @property
     def notification_sinks(self) -> tuple[str, ...]:
-        """Where each notification goes: every webhook URL, and each bus topic (``bus:<topic>``)
-        when there is a transport URL."""
+        """Where each notification goes: every webhook URL, each bus topic (``bus:<topic>``)
+        when there is a transport URL, and the external service's ``on-end`` endpoint (only
+        told of ends: docs/fair-share.md)."""
+        from climate.fairshare.external import endpoint
         from climate.notify.bus import sink_keys
 
         bus = sink_keys(self.notification_topics) if self.notification_transport_url else ()
-        return self.webhooks + bus
+        on_end = endpoint(self, "on-end")
+        return self.webhooks + bus + ((on_end,) if on_end else ())
+
+    @field_validator("usage_rules")
+    @classmethod
+    def _usage_rules(cls, raw: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        from climate.fairshare.rules import parse_rules
+
+        parse_rules(raw)  # a RuleError is a ValueError naming the rule
+        return raw
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """``usage_rules`` parsed (they were checked when the settings were built)."""
+        from climate.fairshare.rules import parsed
+
+        return parsed(self.usage_rules)
+
+    @field_validator(
+        "external_service_base_endpoint",
+        "external_service_check_create_endpoint",
+        "external_service_check_update_endpoint",
+        "external_service_on_end_endpoint",
+    )
+    @classmethod
+    def _external_url(cls, url: str) -> str:
+        from climate.notify.sinks import webhook_url_problem
+
+        problem = webhook_url_problem(url) if url else None
+        if problem is not None:
+            raise ValueError(f"not an http(s) URL: {url!r}: {problem}")
+        return url
 
     @field_validator("flavors")
     @classmethod

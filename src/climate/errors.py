@@ -11,6 +11,7 @@ Every error knows its HTTP status and a name for the logs (Blazar's body repeats
     ├── NotFound (404)              unknown lease, host, property (or one of another project)
     ├── Conflict (409)              the request is valid but the current state refuses it
     │   ├── NotEnoughCapacity (409) admission refused: not enough matching free resources
+    │   │   └── UsageRuleBroken (403) admission refused by a usage rule or the external hook
     │   └── ResourceInUse (409)     a host with current or future allocations
     ├── PayloadTooLarge (413)
     └── BackendError (500)          a backend side effect failed (recorded on the event)
@@ -70,6 +71,15 @@ class Conflict(ClimateError):
 
 class NotEnoughCapacity(Conflict):
     name = "NOT_ENOUGH_RESOURCES_AVAILABLE"
+
+
+class UsageRuleBroken(NotEnoughCapacity):
+    """Admission refused by a usage rule (or the external admission hook), answered 403. It is
+    a refusal of admission like too little capacity, so every path that handles those (the
+    waiting queue, a series' skipped occurrences, offers tried as updates) handles it too."""
+
+    status = 403
+    name = "USAGE_RULE_BROKEN"
 
 
 class ResourceInUse(Conflict):

@@ -25,6 +25,7 @@ from climate.api import (
     openapi,
     operations,
     power,
+    policy,
     reservations,
     schemas,
     series,
@@ -36,6 +37,7 @@ from climate.api.deps import Services
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
 from climate.errors import ClimateError
+from climate.fairshare.report import UsageService
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
@@ -128,6 +130,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
+    app.state.usage = UsageService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)
@@ -142,6 +145,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(instances.router)
     app.include_router(power.router)
     ui.install(app, ctx)
+    app.include_router(policy.router)
     app.add_middleware(OpenStackHeaders)
 
     @app.exception_handler(ClimateError)

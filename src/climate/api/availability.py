@@ -144,6 +144,7 @@ def _window(offer: Offer) -> dict[str, Any]:
         "start_date": wire.lease_date(offer.start),
         "end_date": wire.lease_date(offer.end),
         "reservations": [_offered(r) for r in offer.reservations],
+        "usage_rules": list(offer.usage_rules),
     }
 
 

@@ -705,6 +705,19 @@ SCHEMAS: dict[str, JsonSchema] = {
             }
         ],
     },
+    "UsageDecision": _record(
+        {
+            "rule": STRING,
+            "kind": STRING,
+            "limit": {"type": "number"},
+            "figure": {"type": "number"},
+            "unit": STRING,
+            "allowed": {"type": "boolean"},
+            "exempt": {"type": "boolean"},
+            "message": STRING,
+        },
+        description="One usage rule's decision on a lease (docs/fair-share.md)",
+    ),
     "AvailabilityWindow": _record(
         {
             "start_date": LEASE_DATE_STRING,
@@ -770,6 +783,12 @@ SCHEMAS: dict[str, JsonSchema] = {
                     "required": ["resource_type", "available"],
                     "additionalProperties": False,
                 },
+            },
+            "usage_rules": {
+                "type": "array",
+                "description": "the usage rules a lease taking this window would break "
+                "(docs/fair-share.md); empty when none",
+                "items": _ref("UsageDecision"),
             },
         }
     ),
@@ -1236,6 +1255,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
     "dashboard_timeline": _ref("TimelineAnswer"),
     "calendar": {"type": "string", "description": "an iCalendar document (RFC 5545)"},
+    "usage": _ref("PolicyUsage"),  # from the route's pydantic response_model
     **{
         key: value
         for kind in (DEVICES, NETWORKS, FLOATING_IPS)
@@ -1423,6 +1443,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
     ("GET", "/v1/timeline"): Operation((200, "dashboard_timeline"), _V1),
     ("GET", "/v1/leases.ics"): Operation((200, "calendar"), _V1),
+    ("GET", "/v1/policy/usage"): Operation((200, "usage"), _V1),
 }
 
 

@@ -89,23 +89,32 @@ class Database:
         ``session.info["on_rollback"]`` and ``session.info["on_commit"]``; they run once the
         outcome is known. Undoing runs before the rollback, while the lock is still held: once
         it is released another transaction of this process may read that state.
+        Callables in ``session.info["after_rollback"]`` run once a rolled-back transaction's
+        session is closed and its lock released: they may open transactions of their own.
         """
-        with self._writer(), self._sessions() as session:
-            try:
-                with session.begin():
-                    session.connection(execution_options={"climate_write": True})
-                    if lock is not None:
-                        self.lock(session, lock)
-                    try:
-                        yield session
-                    except BaseException:
-                        _undo(session)
-                        raise
-            except BaseException:
-                _undo(session)  # the commit failed
-                raise
-            for done in session.info.pop("on_commit", []):
-                done()
+        later: list[Callable[[], None]] = []
+        try:
+            with self._writer(), self._sessions() as session:
+                session.info["after_rollback"] = later
+                try:
+                    with session.begin():
+                        session.connection(execution_options={"climate_write": True})
+                        if lock is not None:
+                            self.lock(session, lock)
+                        try:
+                            yield session
+                        except BaseException:
+                            _undo(session)
+                            raise
+                except BaseException:
+                    _undo(session)  # the commit failed
+                    raise
+                for done in session.info.pop("on_commit", []):
+                    done()
+        except BaseException:
+            for then in later:
+                then()
+            raise
 
     @staticmethod
     def lock(session: Session, name: str) -> int:

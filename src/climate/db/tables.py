@@ -117,6 +117,7 @@ class Lease(Timestamped, Base):
         Index("ix_leases_project", "project_id", "name"),
         Index("ix_leases_status", "status"),
         Index("ix_leases_series", "series_id", "occurrence"),
+        Index("ix_leases_project_end", "project_id", "end_date"),
     )
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(NAME_LENGTH))

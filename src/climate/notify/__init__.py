@@ -14,6 +14,8 @@ from sqlalchemy.orm import Session
 from climate import wire
 from climate.db import outbox
 from climate.db.tables import Lease
+from climate.domain.status import LeaseStatus
+from climate.fairshare import external
 from climate.notify import bus
 
 if TYPE_CHECKING:
@@ -48,6 +50,15 @@ def enqueue_host(
         outbox.enqueue(session, webhooks, topic, body, now)
 
 
+NEVER_STARTED = frozenset({LeaseStatus.PENDING, LeaseStatus.HELD, LeaseStatus.IN_PROGRESS})
+
+
+def ended(topic: str, lease: Lease) -> bool:
+    """Whether the external service is told of this lease's end now (Blazar's ``on_end``):
+    at its end, or when it is deleted before it started (no end will come then)."""
+    return topic == "lease.end" or (topic == "lease.delete" and lease.status in NEVER_STARTED)
+
+
 def enqueue_leases(
     session: Session,
     settings: Settings,
@@ -59,10 +70,17 @@ def enqueue_leases(
     sinks = settings.notification_sinks
     if not sinks or not notices:
         return
-    webhooks = [s for s in sinks if not s.startswith(bus.BUS_PREFIX)]
+    on_end = external.endpoint(settings, "on-end")
+    webhooks = [s for s in sinks if not s.startswith(bus.BUS_PREFIX) and s != on_end]
     topics = [s for s in sinks if s.startswith(bus.BUS_PREFIX)]
     sent_at = wire.stamp(now)
     for topic, lease, event_type in notices:
+        if on_end and ended(topic, lease):
+            body = {
+                "context": external.context(settings, lease.project_id, lease.user_id),
+                "lease": wire.lease(lease),
+            }
+            outbox.enqueue(session, [on_end], "on-end", body, now, lease.id)
         if webhooks:
             payload = {"event": topic, "sent_at": sent_at, "lease": wire.lease(lease)}
             outbox.enqueue(session, webhooks, topic, payload, now, lease.id)

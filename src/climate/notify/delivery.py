@@ -19,6 +19,7 @@ import httpx
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
+from climate.fairshare import external
 from climate.notify.bus import BUS_PREFIX, Bus, BusSink
 from climate.notify.sinks import Sink, WebhookSink
 from climate.services.context import ServiceContext
@@ -84,6 +85,15 @@ class Deliverer:
         settings = self.ctx.settings
         if key.startswith(BUS_PREFIX):
             return BusSink(key, self._bus, settings.notification_timeout_seconds)
+        if key == external.endpoint(settings, "on-end"):
+            # The external service's on-end: its token, no webhook signature.
+            return WebhookSink(
+                key,
+                self.client,
+                "",
+                settings.external_service_timeout_seconds,
+                external.headers(settings),
+            )
         return WebhookSink(
             key, self.client, settings.webhook_secret, settings.webhook_timeout_seconds
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
@@ -72,13 +72,21 @@ def validate_webhook_urls(urls: Iterable[str]) -> None:
 class WebhookSink:
     """POSTs the message's payload as JSON to its URL, signed when there is a secret."""
 
-    def __init__(self, url: str, client: httpx.Client, secret: str, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        client: httpx.Client,
+        secret: str,
+        timeout: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.key = url
         # httpx applies the timeout to connecting, writing and reading, each on its own.
         self.send_seconds = 3 * timeout
         self._client = client
         self._secret = secret
         self._problem = webhook_url_problem(url)
+        self._headers = dict(headers or {})
 
     def send(self, message: OutboxMessage) -> str | None:
         if self._problem is not None:
@@ -89,6 +97,7 @@ class WebhookSink:
             "Content-Type": "application/json",
             "X-Climate-Event": message.topic,
             DELIVERY_HEADER: str(message.id),
+            **self._headers,
         }
         if self._secret:
             headers[SIGNATURE_HEADER] = sign(self._secret, body)

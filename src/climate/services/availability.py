@@ -3,6 +3,7 @@ timeline. Read-only: a reader transaction, no admission lock (docs/availability.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,8 @@ from sqlalchemy.orm import Session
 
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
-from climate.planner.availability import SearchRange, earliest, timeline
+from climate.fairshare import admission as fairshare
+from climate.planner.availability import SearchRange, Window, earliest, timeline
 from climate.planner.capacity_search import volume_timeline
 from climate.planner.instance_search import instance_timeline
 from climate.planner.instances import Size
@@ -81,6 +83,8 @@ class Offer:
     start: dt.datetime
     end: dt.datetime
     reservations: tuple[OfferedReservation, ...]
+    usage_rules: tuple[dict[str, object], ...] = ()
+    """The usage rules a lease taking this window would break (docs/fair-share.md)."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,30 @@ class AvailabilityService:
             placers(self.ctx.resource_types, session, by_type, search) as found,
         ):
             windows = earliest(found, search, query.limit)
-        named = self.ctx.policy.allows(actor, NAMES_RULE)
+            named = self.ctx.policy.allows(actor, NAMES_RULE)
+            return [
+                self._judged(session, actor, offer)
+                for offer in self._offers(windows, query, params_of, named)
+            ]
+
+    def _judged(self, session: Session, actor: Actor, offer: Offer) -> Offer:
+        """``offer`` with the usage rules a lease taking it would break."""
+        if not self.ctx.settings.rules:
+            return offer
+        planned = [
+            fairshare.Planned(r.resource_type, r.params, r.resource_ids, r.quantities)
+            for r in offer.reservations
+        ]
+        broken = fairshare.forecast(self.ctx, session, actor, offer.start, offer.end, planned)
+        return dataclasses.replace(offer, usage_rules=tuple(d.body() for d in broken))
+
+    def _offers(
+        self,
+        windows: Sequence[Window],
+        query: AvailabilityQuery,
+        params_of: Mapping[int, Mapping[str, Any]],
+        named: bool,
+    ) -> list[Offer]:
         return [
             Offer(
                 start=_moment(window.start),

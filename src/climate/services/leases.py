@@ -29,6 +29,7 @@ from climate.domain.status import (
     check_lease_transition,
 )
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
+from climate.fairshare import admission as fairshare
 from climate.notify import enqueue_lease
 from climate.resources import pick
 from climate.services import offers
@@ -205,7 +206,7 @@ class LeaseService:
         if request.lease_type in WAITING_TYPES:
             return self._create_waiting_type(actor, checked, now)
         with (
-            offers.explaining(self.ctx, request, start, checked.params),
+            offers.explaining(self.ctx, request, start, checked.params, actor),
             contextlib.suppress(offers.DryRun),
             self.ctx.db.transaction() as session,
         ):
@@ -259,6 +260,9 @@ class LeaseService:
             )
             for i, r in enumerate(request.reservations)
         ]
+        fairshare.check_request(
+            self.ctx, actor, [r.resource_type for _, r in prepared], start, request.end, now
+        )
         before_end = self._before_end(
             request.before_end, start, request.end, request.before_end_offset
         )
@@ -296,6 +300,7 @@ class LeaseService:
             self.ctx.resource_types[reservation.resource_type].admit(
                 session, reservation, start, request.end, active=False, now=now
             )
+        fairshare.admit(self.ctx, session, actor, lease, now, "create", dry_run=request.dry_run)
         self._notify(session, "lease.create", lease, now)
         self.ctx.events_changed(session, wake)
         return lease
@@ -496,6 +501,8 @@ class LeaseService:
         self._place_reminders(session, lease, reminders, old_end, held, now)
         lease.updated_at = now
         session.flush()
+        if reshaped or edits:
+            fairshare.admit(self.ctx, session, actor, lease, now, "update", before=before)
         self._notify(session, "lease.update", lease, now)
         after = _window(lease)
         changed = {
@@ -577,6 +584,7 @@ class LeaseService:
             lease.updated_at = now
             lease.events.extend(_events(lease, now, lease_rows.reminder_offsets(lease)))
             session.flush()
+            fairshare.admit(self.ctx, session, actor, lease, now, "confirm")
             self._notify(session, "lease.update", lease, now, "lease.hold.confirm")
             _audit(session, now, actor, "lease.confirm", lease, {"status": LeaseStatus.PENDING})
             self.ctx.events_changed(session, lease.start_date)
@@ -650,6 +658,7 @@ class LeaseService:
         lease.updated_at = now
         lease.events.extend(_events(lease, now, lease_rows.reminder_offsets(lease)))
         session.flush()
+        fairshare.admit(self.ctx, session, "manager", lease, now, "queue")
         self._notify(session, "lease.update", lease, now, "lease.waiting.admit")
         self.ctx.events_changed(session, now)
 

@@ -22,6 +22,7 @@ from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.domain.status import ReservationStatus
 from climate.errors import InvalidInput, NotEnoughCapacity
+from climate.fairshare import admission as fairshare
 from climate.planner.availability import (
     CounterOffer,
     Placer,
@@ -83,14 +84,15 @@ def explaining(
     request: LeaseRequest,
     start: dt.datetime,
     params: Sequence[Mapping[str, Any]],
+    actor: Actor | None = None,
 ) -> Iterator[None]:
     """Adds the reason and counter-offers to a ``NotEnoughCapacity`` raised inside (once the
-    transaction inside has rolled back)."""
+    transaction inside has rolled back); with ``actor``, only offers no usage rule forbids."""
     try:
         yield
     except NotEnoughCapacity as refused:
         if refused.details is None:
-            refusal = explain(ctx, request, start, request.end, params)
+            refusal = explain(ctx, request, start, request.end, params, actor)
             refused.details = wire.refusal(refusal, request, params)
         raise
 
@@ -122,11 +124,13 @@ def explain(
     start: dt.datetime,
     end: dt.datetime,
     params: Sequence[Mapping[str, Any]],
+    actor: Actor | None = None,
 ) -> Refusal:
     """Why the reservations of ``request`` do not fit in [start, end), and up to three offers
     that would: the earliest later start (within ``offer_search_days``), the most resources that
     fit in the window, the longest lease from ``start``. Offers are made only when every
-    reservation's type can be searched."""
+    reservation's type can be searched, and, for ``actor``, when no usage rule forbids them
+    (``fairshare.forecast``)."""
     types = [ctx.resource_types[str(r.resource_type)] for r in request.reservations]
     unexplained = tuple((i, t.name) for i, t in enumerate(types) if not searchable(t))
     begin, finish = seconds(start), seconds(end)
@@ -157,7 +161,24 @@ def explain(
                 for cut, own, s in zip(o.counts, asked, shortfalls, strict=True)
             )
         offers.append(Offer(o.kind, at, until, counts, o.below_request))
+    if actor is not None and offers and ctx.settings.rules:
+        offers = [o for o in offers if not _forbidden(ctx, actor, types, params, o)]
     return Refusal(start, end, tuple(shortfalls), unexplained, tuple(offers))
+
+
+def _forbidden(
+    ctx: ServiceContext,
+    actor: Actor,
+    types: Sequence[ResourceType],
+    params: Sequence[Mapping[str, Any]],
+    offer: Offer,
+) -> bool:
+    planned = [
+        fairshare.Planned(t.name, p, count=low)
+        for t, p, (low, _) in zip(types, params, offer.counts, strict=True)
+    ]
+    with ctx.db.reader() as session:
+        return bool(fairshare.forecast(ctx, session, actor, offer.start, offer.end, planned))
 
 
 def _counts(params: Mapping[str, Any]) -> tuple[int, int]:
@@ -307,7 +328,8 @@ def explaining_update(
         yield
     except NotEnoughCapacity as refused:
         if refused.details is None and asked:
-            refusal, made = explain_update(service, actor, changes, asked[0])
+            with fairshare.trial():
+                refusal, made = explain_update(service, actor, changes, asked[0])
             kinds = [r.resource_type for r in asked[0].reservations]
             refused.details = wire.update_refusal(refusal, kinds, made)
         raise

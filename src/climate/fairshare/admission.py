@@ -1,0 +1,520 @@
+"""The usage rules and the external admission hook where leases are admitted: ``admit`` is
+the one call each admission makes once its lease holds its resources in the transaction;
+``check_request`` refuses a new lease that breaks a rule of its window alone before anything
+is written (docs/fair-share.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy.orm import Session
+
+from climate import wire
+from climate.db import audit, outbox
+from climate.db import hosts as host_rows
+from climate.db import usage as usage_rows
+from climate.db.engine import Database
+from climate.db.tables import Lease
+from climate.domain.actor import Actor
+from climate.errors import UsageRuleBroken
+from climate.fairshare import external
+from climate.fairshare.rules import (
+    COUNTED_KINDS,
+    DURATION_KINDS,
+    UNITS,
+    Admission,
+    Decision,
+    Rule,
+    Span,
+    evaluate,
+    reach,
+)
+from climate.notify import bus
+from climate.planner.query import MATCH_ALL
+from climate.resources.hosts import PhysicalHostType
+from climate.services.context import ServiceContext
+
+LOG = logging.getLogger(__name__)
+COUNTED_TYPES = frozenset().union(*UNITS.values())
+HOST_BASED = frozenset({"physical:host", "virtual:instance"})
+CREATE, UPDATE, CONFIRM, QUEUE = "create", "update", "confirm", "queue"
+_TRIAL: ContextVar[bool] = ContextVar("climate_usage_trial", default=False)
+_FACTS: weakref.WeakKeyDictionary[
+    Database, tuple[int, str, dict[int, dict[str, Any]], dict[int, dict[str, float]]]
+] = weakref.WeakKeyDictionary()
+_FACTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def trial() -> Iterator[None]:
+    """Admissions inside are tries (an offer checked as the update it is): rules decide as
+    always, but nothing is recorded and the external service is not asked."""
+    token = _TRIAL.set(True)
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
+def check_request(
+    ctx: ServiceContext,
+    actor: Actor,
+    resource_types: Sequence[str | None],
+    start: dt.datetime,
+    end: dt.datetime,
+    now: dt.datetime,
+) -> None:
+    """The rules of a new lease's window alone (length, advance), before its resources are
+    chosen: a lease that can never be admitted is refused before it is written, even one that
+    would otherwise wait in the queue.
+
+    :raises UsageRuleBroken: naming each broken rule, its limit and the lease's figure.
+    """
+    rules = ctx.settings.rules
+    if not rules:
+        return
+    admission = Admission(
+        "",
+        actor.project_id,
+        actor.user_id,
+        now.timestamp(),
+        start.timestamp(),
+        end.timestamp(),
+        frozenset(str(t) for t in resource_types),
+    )
+    broken = [d for d in evaluate(rules, admission, None) if not d.allowed]
+    if broken:
+        raise refusal(broken)
+
+
+def admit(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor | str,
+    lease: Lease,
+    now: dt.datetime,
+    step: str,
+    *,
+    before: Mapping[str, object] | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Judge ``lease`` as this transaction admits it (its allocations written): every usage
+    rule, then the external service (not for dry runs and tries). A refusal raises; the
+    caller's transaction rolls back, after which the refusal is recorded (audit log and
+    notification) in a transaction of its own. An admission some rule looked at is recorded
+    in the audit log with the figures. ``step`` is ``create``, ``update``, ``confirm`` or
+    ``queue``; ``before`` is an update's lease window before it (``name``, ``start_date``,
+    ``end_date``).
+
+    :raises UsageRuleBroken: naming each broken rule with its limit and the figure, or the
+        external service's message.
+    """
+    settings = ctx.settings
+    url = external.endpoint(settings, "check-update" if step == UPDATE else "check-create")
+    recorded = not dry_run and not _TRIAL.get() and step != QUEUE
+    if not settings.rules and not url:
+        return
+    decisions = judge(ctx, session, lease, now, before) if settings.rules else []
+    broken = [d for d in decisions if not d.allowed]
+    if broken:
+        if recorded:
+            values, bodies = _lease_values(lease), [d.body() for d in broken]
+            _after_rollback(session, lambda: record_refusal(ctx, actor, values, step, bodies))
+        raise refusal(broken)
+    if recorded and decisions:
+        summary = [d.summary() for d in decisions]
+        _audit(session, now, actor, "usage.allow", _lease_values(lease), step, summary)
+    if url and not dry_run and not _TRIAL.get():
+        _ask(ctx, session, actor, lease, step, url, before)
+
+
+def judge(
+    ctx: ServiceContext,
+    session: Session,
+    lease: Lease,
+    now: dt.datetime,
+    before: Mapping[str, object] | None = None,
+) -> list[Decision]:
+    """Every rule's decision on ``lease`` as the session sees it (allocations included)."""
+    rules = ctx.settings.rules
+    previous = None
+    if before is not None:
+        old_start, old_end = before["start_date"], before["end_date"]
+        assert isinstance(old_start, dt.datetime) and isinstance(old_end, dt.datetime)
+        previous = (old_start.timestamp(), old_end.timestamp())
+    admission = Admission(
+        lease.id,
+        lease.project_id,
+        lease.user_id,
+        now.timestamp(),
+        lease.start_date.timestamp(),
+        lease.end_date.timestamp(),
+        frozenset(r.resource_type for r in lease.reservations),
+        previous,
+    )
+    active = [r for r in rules if lease.project_id not in r.exempt_projects]
+    users, project = _consumption(ctx, session, active, admission)
+    return evaluate(rules, admission, users, project)
+
+
+def _consumption(
+    ctx: ServiceContext, session: Session, rules: Sequence[Rule], admission: Admission
+) -> tuple[list[Span], list[Span] | None]:
+    """What the rules need: the user's spans (the lease's own included), and the project's
+    when a rule counts per project: each over the range its rules look at."""
+    types = needed_types(rules) & admission.resource_types
+    if not types:
+        return [], None
+    mine = reach(rules, admission, "user") or (admission.start, admission.end)
+    ours = reach(rules, admission, "project")
+    return spans(ctx, session, admission.project_id, admission.user_id, mine, ours, types)
+
+
+def needed_types(rules: Sequence[Rule]) -> frozenset[str]:
+    """The resource types whose allocations the rules look at."""
+    types: set[str] = set()
+    for rule in rules:
+        if rule.kind in DURATION_KINDS and rule.properties is MATCH_ALL:
+            continue
+        holders = UNITS[str(rule.unit)] if rule.kind in COUNTED_KINDS else COUNTED_TYPES
+        types |= holders if rule.resource_type is None else holders & {rule.resource_type}
+    return frozenset(types)
+
+
+def spans(
+    ctx: ServiceContext,
+    session: Session,
+    project_id: str,
+    user_id: str,
+    mine: tuple[float, float],
+    ours: tuple[float, float] | None,
+    types: frozenset[str],
+) -> tuple[list[Span], list[Span] | None]:
+    """What ``user_id`` holds of ``types`` in ``project_id`` over ``mine`` and, unless None,
+    what the whole project holds over ``ours``, with each resource's properties and amounts."""
+
+    def moment(seconds: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+    rows = usage_rows.held(
+        session,
+        project_id,
+        user_id,
+        (moment(mine[0]), moment(mine[1])),
+        None if ours is None else (moment(ours[0]), moment(ours[1])),
+        types,
+    )
+    hosts, amounts_of = host_facts(ctx, session) if types & HOST_BASED else ({}, {})
+    items = usage_rows.item_properties(
+        session, (h.what for h in rows if h.resource_type == "virtual:floatingip")
+    )
+    pools = usage_rows.pool_properties(
+        session, (h.what for h in rows if h.resource_type == "virtual:volume")
+    )
+    users: list[Span] = []
+    project: list[Span] | None = None if ours is None else []
+    for h in rows:
+        if h.resource_type == "physical:host":
+            props, amounts = hosts.get(h.what, {}), amounts_of.get(h.what, {})
+        elif h.resource_type == "virtual:instance":
+            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.amount)}
+        elif h.resource_type == "virtual:floatingip":
+            props, amounts = items[h.what], {"ips": 1.0}
+        else:
+            props, amounts = pools[h.what], {"gb": float(h.amount)}
+        found = Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end)
+        if h.mine:
+            users.append(found)
+        elif project is not None:
+            project.append(found)
+    return users, project
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A reservation a lease would have, before it is admitted: its type and validated
+    parameters, and the resources a search found for it (None: not known; estimated from
+    the parameters then)."""
+
+    resource_type: str
+    params: Mapping[str, Any]
+    resource_ids: tuple[int, ...] | None = None
+    quantities: tuple[int, ...] = ()
+    count: int | None = None
+    """How many resources (hosts, instances, items) when ``resource_ids`` is None; None:
+    the parameters' minimum."""
+
+
+def forecast(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor,
+    start: dt.datetime,
+    end: dt.datetime,
+    planned: Sequence[Planned],
+) -> list[Decision]:
+    """The rules a lease of ``actor`` holding ``planned`` over [start, end) would break if it
+    were admitted now (the availability search's windows, counter-offers). Resources not found
+    yet are estimated from what matches: a property-scoped rule counts them only when every
+    matching host is in its scope, with the fewest units any of them has."""
+    rules = [r for r in ctx.settings.rules if actor.project_id not in r.exempt_projects]
+    if not rules:
+        return []
+    now = ctx.clock.now()
+    admission = Admission(
+        PLANNED,
+        actor.project_id,
+        actor.user_id,
+        now.timestamp(),
+        start.timestamp(),
+        end.timestamp(),
+        frozenset(p.resource_type for p in planned),
+    )
+    users, project = _consumption(ctx, session, rules, admission)
+    hosts, amounts = host_facts(ctx, session)
+    for p in planned:
+        own = _planned_spans(ctx, session, p, hosts, amounts, actor.user_id, admission)
+        users.extend(own)
+        if project is not None:
+            project.extend(own)
+    return [d for d in evaluate(rules, admission, users, project) if not d.allowed]
+
+
+PLANNED = "(planned)"
+"""The lease id of a lease not admitted yet."""
+
+
+def _planned_spans(
+    ctx: ServiceContext,
+    session: Session,
+    p: Planned,
+    hosts: Mapping[int, Mapping[str, Any]],
+    host_amounts: Mapping[int, Mapping[str, float]],
+    user: str,
+    admission: Admission,
+) -> list[Span]:
+    def span_(props: Mapping[str, Any], amounts: Mapping[str, float]) -> Span:
+        return Span(PLANNED, user, p.resource_type, props, amounts, admission.start, admission.end)
+
+    low = int(p.params.get("min", p.params.get("amount", 1)))
+    count = p.count if p.count is not None else low
+    if p.resource_type == "physical:host":
+        if p.resource_ids is not None:
+            return [span_(hosts.get(h, {}), host_amounts.get(h, {})) for h in p.resource_ids]
+        host_type = ctx.resource_types["physical:host"]
+        assert isinstance(host_type, PhysicalHostType)
+        matching = host_type.inventory.matching(
+            session, p.params["hypervisor_properties"], p.params["resource_properties"]
+        )
+        ids = [int(h) for h in matching.ids.tolist()]
+        common = _common([hosts.get(h, {}) for h in ids])
+        amounts = {
+            unit: min((host_amounts.get(h, {}).get(unit, 0.0) for h in ids), default=0.0)
+            for unit in ("hosts", "vcpus", "gpus")
+        }
+        return [span_(common, amounts) for _ in range(count)]
+    if p.resource_type == "virtual:instance":
+        vcpus = float(p.params["vcpus"])
+        if p.resource_ids is not None:
+            return [
+                span_(hosts.get(h, {}), {"vcpus": vcpus * n})
+                for h, n in zip(p.resource_ids, p.quantities, strict=True)
+            ]
+        return [span_({}, {"vcpus": vcpus * count})]
+    if p.resource_type == "virtual:floatingip":
+        return [span_({}, {"ips": float(count)})]
+    if p.resource_type == "virtual:volume":
+        gb = sum(p.quantities) if p.quantities else int(p.params["size_gb"]) * count
+        return [span_({}, {"gb": float(gb)})]
+    return []
+
+
+def _common(props: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The properties every one of ``props`` has with the same value."""
+    if not props:
+        return {}
+    first = dict(props[0])
+    return {k: v for k, v in first.items() if all(p.get(k) == v for p in props[1:])}
+
+
+def _host_amounts(props: Mapping[str, Any], gpu: str) -> dict[str, float]:
+    return {"hosts": 1.0, "vcpus": float(props.get("vcpus") or 0), "gpus": gpus(props, gpu)}
+
+
+def gpus(properties: Mapping[str, Any], name: str) -> float:
+    """A host's GPUs: its property ``name`` as a whole number; none without it (or when it is
+    not a whole number, which is logged)."""
+    value = properties.get(name)
+    if value is None:
+        return 0.0
+    try:
+        count = int(str(value))
+    except ValueError:
+        LOG.warning("host property %s=%r is not a whole number: counted as 0 GPUs", name, value)
+        return 0.0
+    return float(max(count, 0))
+
+
+def host_facts(
+    ctx: ServiceContext, session: Session
+) -> tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]]:
+    """Every host's properties and what it counts as (hosts, vCPUs, GPUs), kept per database
+    until the inventory version moves (read once per transaction)."""
+    known = session.info.get("usage_host_facts")
+    if known is not None:
+        return cast(
+            tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]], known
+        )
+    version = host_rows.inventory_version(session)
+    gpu = ctx.settings.usage_gpu_property
+    with _FACTS_LOCK:
+        cached = _FACTS.get(ctx.db)
+    if cached is None or cached[:2] != (version, gpu):
+        facts = usage_rows.host_facts(session)
+        amounts = {h: _host_amounts(props, gpu) for h, props in facts.items()}
+        cached = (version, gpu, facts, amounts)
+        with _FACTS_LOCK:
+            _FACTS[ctx.db] = cached
+    session.info["usage_host_facts"] = cached[2:]
+    return cached[2], cached[3]
+
+
+def refusal(broken: Sequence[Decision]) -> UsageRuleBroken:
+    """The 403: the first broken rule in the message (and how many more), each in ``rules``."""
+    more = f" (and {len(broken) - 1} more rule(s) broken)" if len(broken) > 1 else ""
+    error = UsageRuleBroken(broken[0].message + more)
+    error.details = {"rules": [d.body() for d in broken]}
+    return error
+
+
+def record_refusal(
+    ctx: ServiceContext,
+    actor: Actor | str,
+    lease: Mapping[str, Any],
+    step: str,
+    rules: Sequence[Mapping[str, object]],
+) -> None:
+    """A refusal, in the audit log and to the webhooks (``usage.deny``), in a transaction of
+    its own: the admission's rolled back. A failure here is logged, never raised over the
+    refusal."""
+    now = ctx.clock.now()
+    try:
+        with ctx.db.transaction() as session:
+            _audit(session, now, actor, "usage.deny", lease, step, rules)
+            on_end = external.endpoint(ctx.settings, "on-end")
+            webhooks = [
+                s
+                for s in ctx.settings.notification_sinks
+                if not s.startswith(bus.BUS_PREFIX) and s != on_end
+            ]
+            if webhooks:
+                payload = {
+                    "event": "usage.deny",
+                    "sent_at": wire.stamp(now),
+                    "step": step,
+                    "lease": dict(lease),
+                    "rules": list(rules),
+                }
+                outbox.enqueue(session, webhooks, "usage.deny", payload, now)
+    except Exception:
+        LOG.exception("could not record the refusal of lease %s", lease["id"])
+
+
+def _audit(
+    session: Session,
+    now: dt.datetime,
+    actor: Actor | str,
+    action: str,
+    lease: Mapping[str, Any],
+    step: str,
+    rules: Sequence[Mapping[str, object]],
+) -> None:
+    audit.record(
+        session,
+        at=now,
+        actor=actor,
+        action=action,
+        target_type="lease",
+        target_id=str(lease["id"]),
+        detail={
+            "project_id": lease["project_id"],
+            "user_id": lease["user_id"],
+            "step": step,
+            "start_date": lease["start_date"],
+            "end_date": lease["end_date"],
+            "rules": list(rules),
+        },
+    )
+
+
+def _after_rollback(session: Session, then: Any) -> None:
+    session.info.setdefault("after_rollback", []).append(then)
+
+
+def _lease_values(lease: Lease) -> dict[str, Any]:
+    return {
+        "id": lease.id,
+        "name": lease.name,
+        "project_id": lease.project_id,
+        "user_id": lease.user_id,
+        "start_date": wire.lease_date(lease.start_date),
+        "end_date": wire.lease_date(lease.end_date),
+    }
+
+
+def lease_body(ctx: ServiceContext, lease: Lease) -> dict[str, Any]:
+    """The lease as Blazar's enforcement sends it: its values, and each reservation with the
+    resources allocated to it (``allocations``: their ids)."""
+    body = wire.lease(lease)
+    for shown, reservation in zip(body["reservations"], lease.reservations, strict=True):
+        ids = ctx.resource_types[reservation.resource_type].resource_ids(reservation)
+        shown["allocations"] = [{"id": rid} for rid in ids]
+    return body
+
+
+def _ask(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor | str,
+    lease: Lease,
+    step: str,
+    url: str,
+    before: Mapping[str, object] | None,
+) -> None:
+    settings = ctx.settings
+    body: dict[str, Any] = {
+        "context": external.context(settings, lease.project_id, lease.user_id),
+        "lease": lease_body(ctx, lease),
+    }
+    if step == UPDATE:
+        current = dict(body["lease"])
+        for key, value in (before or {}).items():
+            current[key] = wire.lease_date(value) if isinstance(value, dt.datetime) else value
+        body["current_lease"] = current
+    verdict = external.ask(settings, url, body)
+    decision = {
+        "rule": "external_service",
+        "kind": "external",
+        "url": url,
+        "allowed": verdict.allowed,
+        "failed": verdict.failed,
+        "message": verdict.message,
+    }
+    now = ctx.clock.now()
+    if verdict.allowed:
+        if verdict.failed:
+            _audit(session, now, actor, "usage.allow", _lease_values(lease), step, [decision])
+        return
+    error = UsageRuleBroken(f"external admission service refused: {verdict.message}")
+    error.details = {"rules": [decision]}
+    values = _lease_values(lease)
+    _after_rollback(session, lambda: record_refusal(ctx, actor, values, step, [decision]))
+    raise error

@@ -1,0 +1,623 @@
+"""Usage rules: parsed once from the settings, then evaluated against a lease being admitted and
+the consumption figures of its owner (docs/fair-share.md). Pure: no database, no clock.
+
+Times are seconds since the epoch (floats), amounts are per unit (``UNITS``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from climate.errors import MalformedQuery
+from climate.planner.query import MATCH_ALL, Properties, Query, parse_query
+
+DAY = 86_400.0
+HOSTS, INSTANCES = "physical:host", "virtual:instance"
+FLOATING_IPS, VOLUMES = "virtual:floatingip", "virtual:volume"
+RESOURCE_TYPES = frozenset({HOSTS, INSTANCES, FLOATING_IPS, VOLUMES, "device", "network"})
+SINGULAR = {"hosts": "host", "vcpus": "vCPU", "gpus": "GPU", "ips": "IP", "gb": "GB"}
+UNITS: Mapping[str, frozenset[str]] = {
+    "hosts": frozenset({HOSTS}),
+    "vcpus": frozenset({HOSTS, INSTANCES}),
+    "gpus": frozenset({HOSTS}),
+    "ips": frozenset({FLOATING_IPS}),
+    "gb": frozenset({VOLUMES}),
+}
+"""Each unit a rule may count, with the resource types that hold it: whole hosts count one
+host and their ``vcpus``; their GPUs are the host property named by ``usage_gpu_property``;
+instances count their vCPUs; floating IPs one IP each; volumes their GB."""
+
+
+class Kind(enum.StrEnum):
+    MAX_LENGTH = "max_length"
+    MAX_ADVANCE = "max_advance"
+    EXTENSION_WINDOW = "extension_window"
+    MAX_EXTENSION = "max_extension"
+    CONCURRENT = "concurrent"
+    BUDGET = "budget"
+    STACKING = "stacking"
+
+
+DURATION_KINDS = frozenset(
+    {Kind.MAX_LENGTH, Kind.MAX_ADVANCE, Kind.EXTENSION_WINDOW, Kind.MAX_EXTENSION}
+)
+COUNTED_KINDS = frozenset({Kind.CONCURRENT, Kind.BUDGET})
+COMMON_KEYS = frozenset({"name", "kind", "limit", "resource_type", "properties", "exempt_projects"})
+KEYS: Mapping[Kind, frozenset[str]] = {
+    **dict.fromkeys(DURATION_KINDS, COMMON_KEYS),
+    Kind.CONCURRENT: COMMON_KEYS | {"unit", "per"},
+    Kind.BUDGET: COMMON_KEYS | {"unit", "per", "window"},
+    Kind.STACKING: COMMON_KEYS | {"per", "gap", "window"},
+}
+STACKING_LOOKAROUND = 7 * DAY
+"""How far before and after a lease a stacking rule follows its chain by default."""
+
+
+class RuleError(ValueError):
+    """A rule that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: Kind
+    limit: float
+    """Seconds for the duration kinds, units for ``concurrent``, unit-days for ``budget``,
+    leases for ``stacking``."""
+    unit: str | None = None
+    per: str = "user"
+    window: float = 0.0
+    """``budget``: the rolling window; ``stacking``: how far its chain is followed."""
+    gap: float = 0.0
+    resource_type: str | None = None
+    properties: Query = MATCH_ALL
+    properties_text: str = ""
+    exempt_projects: frozenset[str] = frozenset()
+
+    def covers(self, resource_type: str, properties: Properties) -> bool:
+        """Whether a resource of this type with these properties is in the rule's scope."""
+        if self.resource_type is not None and resource_type != self.resource_type:
+            return False
+        if self.unit is not None and resource_type not in UNITS[self.unit]:
+            return False
+        return self.properties is MATCH_ALL or self.properties.matches(properties)
+
+    def scoped(self, resource_type: str, properties: Properties) -> bool:
+        """Whether a resource is in the rule's resource type and properties (whatever it
+        holds)."""
+        if self.resource_type is not None and resource_type != self.resource_type:
+            return False
+        return self.properties is MATCH_ALL or self.properties.matches(properties)
+
+    def describe(self) -> str:
+        """What the rule allows, in words: ``at most 32 gpu-days per user per 30 days``."""
+        scope = "" if self.resource_type is None else f" of {self.resource_type}"
+        if self.properties_text:
+            scope += f" matching {self.properties_text}"
+        if self.kind == Kind.MAX_LENGTH:
+            return f"a lease{scope} may last at most {span(self.limit)}"
+        if self.kind == Kind.MAX_ADVANCE:
+            return f"a lease{scope} may start at most {span(self.limit)} ahead"
+        if self.kind == Kind.EXTENSION_WINDOW:
+            return f"a lease{scope} may be extended only in its last {span(self.limit)}"
+        if self.kind == Kind.MAX_EXTENSION:
+            return f"a lease{scope} may be extended by at most {span(self.limit)} at a time"
+        if self.kind == Kind.CONCURRENT:
+            return f"at most {number(self.limit)} {self.unit}{scope} at once per {self.per}"
+        if self.kind == Kind.BUDGET:
+            return (
+                f"at most {number(self.limit)} {unit_of(self)}{scope} per {self.per} "
+                f"in any {span(self.window)}"
+            )
+        return (
+            f"at most {number(self.limit)} overlapping or back-to-back leases{scope} per "
+            f"{self.per}, with gaps of at least {span(self.gap)} between chains"
+        )
+
+
+class Span(NamedTuple):
+    """One resource (or a bundle of one type) a lease of the owner holds over [start, end)
+    (a tuple: admission builds one per allocation row it reads)."""
+
+    lease_id: str
+    user_id: str
+    resource_type: str
+    properties: Properties
+    amounts: Mapping[str, float]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The lease being admitted, as it would be."""
+
+    lease_id: str
+    project_id: str
+    user_id: str
+    now: float
+    start: float
+    end: float
+    resource_types: frozenset[str]
+    previous: tuple[float, float] | None = None
+    """An update: the lease's window before it."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    rule: Rule
+    allowed: bool
+    figure: float
+    """What the rule measured (same unit as its limit)."""
+    what: str
+    """The figure in words."""
+    exempt: bool = False
+
+    @property
+    def message(self) -> str:
+        """``usage rule 'x' (kind: what it allows): the figure; within or breaks the limit``
+        (made when shown: most decisions never are)."""
+        if self.exempt:
+            return f"usage rule {self.rule.name!r}: {self.what}"
+        verdict = "within" if self.allowed else "breaks"
+        rule = self.rule
+        allows = f"{rule.kind}: {rule.describe()}"
+        return f"usage rule {rule.name!r} ({allows}): {self.what}; {verdict} the limit"
+
+    def summary(self) -> dict[str, object]:
+        """The decision in short, as the audit log keeps an admission's decisions."""
+        return {
+            "rule": self.rule.name,
+            "figure": shown_figure(self.rule, self.figure),
+            "limit": shown_limit(self.rule),
+            "exempt": self.exempt,
+        }
+
+    def body(self) -> dict[str, object]:
+        """The decision as the API, the audit log and notifications show it."""
+        return {
+            "rule": self.rule.name,
+            "kind": self.rule.kind.value,
+            "limit": shown_limit(self.rule),
+            "figure": shown_figure(self.rule, self.figure),
+            "unit": unit_of(self.rule),
+            "allowed": self.allowed,
+            "exempt": self.exempt,
+            "message": self.message,
+        }
+
+
+def unit_of(rule: Rule) -> str:
+    if rule.kind in DURATION_KINDS:
+        return "seconds"
+    if rule.kind == Kind.BUDGET:
+        return f"{SINGULAR[str(rule.unit)]}-days"
+    if rule.kind == Kind.STACKING:
+        return "leases"
+    return str(rule.unit)
+
+
+def shown_limit(rule: Rule) -> float:
+    return rule.limit if rule.kind not in DURATION_KINDS else int(rule.limit)
+
+
+def shown_figure(rule: Rule, figure: float) -> float:
+    if rule.kind in DURATION_KINDS:
+        return int(figure)
+    return round(figure, 6) if rule.kind == Kind.BUDGET else figure
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
+_ISO = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?")
+
+
+def parse_span(where: str, value: object) -> float:
+    """A positive duration in seconds: a number of seconds, ``"30d"``, ``"1d12h"``, ``"90m"``
+    or an ISO 8601 duration of days, hours, minutes and seconds (``"P30D"``, ``"PT12H"``).
+
+    :raises RuleError: naming ``where``.
+    """
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        iso = _ISO.fullmatch(text.upper())
+        if text.upper().startswith("P") and iso is not None and text.upper() not in ("P", "PT"):
+            d, h, m, s = (int(part or 0) for part in iso.groups())
+            seconds = float(d * 86_400 + h * 3600 + m * 60 + s)
+        elif text and "".join(m.group(0) for m in _PART.finditer(text)) == text:
+            factor = {"d": DAY, "h": 3600.0, "m": 60.0, "s": 1.0}
+            seconds = sum(float(n) * factor[u] for n, u in _PART.findall(text))
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise RuleError(
+            f"{where}: must be a positive duration (seconds, '30d', '12h', 'P30D'), not {value!r}"
+        )
+    return seconds
+
+
+def parse_rules(raw: Sequence[object]) -> tuple[Rule, ...]:
+    """Every rule of the settings, checked: known keys, kinds, units, per, resource types and
+    property queries, positive limits, unique names, and nothing contradicting another rule.
+
+    :raises RuleError: naming the rule (``usage_rules[i]`` when it has no name yet).
+    """
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        rule = _parse_rule(i, item)
+        if rule.name in seen:
+            raise RuleError(f"rule {rule.name!r}: the name is used by an earlier rule")
+        seen.add(rule.name)
+        rules.append(rule)
+    _check_coherent(rules)
+    return tuple(rules)
+
+
+_PARSED: dict[int, tuple[Sequence[object], tuple[Rule, ...]]] = {}
+
+
+def parsed(raw: Sequence[object]) -> tuple[Rule, ...]:
+    """``parse_rules(raw)``, once per settings' list of rules (they never change)."""
+    found = _PARSED.get(id(raw))
+    if found is None or found[0] is not raw:
+        found = _PARSED[id(raw)] = (raw, parse_rules(raw))
+    return found[1]
+
+
+def _parse_rule(index: int, item: object) -> Rule:
+    if not isinstance(item, Mapping):
+        raise RuleError(f"usage_rules[{index}]: must be a table, not {item!r}")
+    name = item.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise RuleError(f"usage_rules[{index}]: needs a name (a non-empty string)")
+    where = f"rule {name!r}"
+    try:
+        kind = Kind(str(item.get("kind")))
+    except ValueError:
+        kinds = ", ".join(k.value for k in Kind)
+        raise RuleError(f"{where}: kind must be one of {kinds}, not {item.get('kind')!r}") from None
+    unknown = sorted(set(item) - KEYS[kind])
+    if unknown:
+        allowed = ", ".join(sorted(KEYS[kind]))
+        raise RuleError(f"{where}: {unknown[0]!r} is not a key of a {kind} rule ({allowed})")
+    if "limit" not in item:
+        raise RuleError(f"{where}: needs a limit")
+    if kind in DURATION_KINDS:
+        limit = parse_span(f"{where}: limit", item["limit"])
+    else:
+        limit = _positive(where, item["limit"], whole=kind != Kind.BUDGET)
+    unit = None
+    if kind in COUNTED_KINDS:
+        unit = item.get("unit")
+        if unit not in UNITS:
+            raise RuleError(
+                f"{where}: unit must be one of {', '.join(UNITS)}, not {item.get('unit')!r}"
+            )
+    per = item.get("per", "user")
+    if per not in ("user", "project"):
+        raise RuleError(f"{where}: per must be 'user' or 'project', not {per!r}")
+    resource_type = item.get("resource_type")
+    if resource_type is not None:
+        if resource_type not in RESOURCE_TYPES:
+            known = ", ".join(sorted(RESOURCE_TYPES))
+            raise RuleError(f"{where}: resource_type must be one of {known}, not {resource_type!r}")
+        if unit is not None and resource_type not in UNITS[unit]:
+            holders = ", ".join(sorted(UNITS[unit]))
+            raise RuleError(
+                f"{where}: {resource_type} holds no {unit}; {unit} are counted on {holders}"
+            )
+    text = item.get("properties", "")
+    try:
+        query = parse_query(f"{where}: properties", text)
+    except MalformedQuery as bad:
+        raise RuleError(str(bad)) from None
+    window = 0.0
+    if kind == Kind.BUDGET:
+        if "window" not in item:
+            raise RuleError(f"{where}: a budget needs a window (like '30d')")
+        window = parse_span(f"{where}: window", item["window"])
+    gap = 0.0
+    if kind == Kind.STACKING:
+        if "gap" not in item:
+            raise RuleError(f"{where}: a stacking rule needs a gap (like '1h')")
+        gap = parse_span(f"{where}: gap", item["gap"])
+        window = parse_span(f"{where}: window", item.get("window", STACKING_LOOKAROUND))
+        if window < gap:
+            raise RuleError(f"{where}: window ({span(window)}) is shorter than gap ({span(gap)})")
+    exempt = item.get("exempt_projects", [])
+    if not isinstance(exempt, list) or not all(isinstance(p, str) and p for p in exempt):
+        raise RuleError(f"{where}: exempt_projects must be a list of project ids")
+    return Rule(
+        name=name,
+        kind=kind,
+        limit=limit,
+        unit=unit,
+        per=per,
+        window=window,
+        gap=gap,
+        resource_type=resource_type,
+        properties=query,
+        properties_text=text if isinstance(text, str) else json.dumps(text),
+        exempt_projects=frozenset(exempt),
+    )
+
+
+def _positive(where: str, value: object, *, whole: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RuleError(f"{where}: limit must be a number, not {value!r}")
+    if whole and value != int(value):
+        raise RuleError(f"{where}: limit must be a whole number, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise RuleError(f"{where}: limit must be positive, not {value!r}")
+    return float(value)
+
+
+def _check_coherent(rules: Sequence[Rule]) -> None:
+    """Rules that cannot both hold as meant: an extension longer than a lease of the same
+    scope may last."""
+    for rule in rules:
+        for other in rules:
+            same_scope = (rule.resource_type, rule.properties_text) == (
+                other.resource_type,
+                other.properties_text,
+            )
+            if not same_scope or rule is other:
+                continue
+            if (
+                rule.kind == Kind.MAX_EXTENSION
+                and other.kind == Kind.MAX_LENGTH
+                and rule.limit > other.limit
+            ):
+                raise RuleError(
+                    f"rule {rule.name!r}: an extension of {span(rule.limit)} is longer than "
+                    f"rule {other.name!r} lets a lease last ({span(other.limit)})"
+                )
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+
+def reach(rules: Iterable[Rule], admission: Admission, per: str) -> tuple[float, float] | None:
+    """The time range [start, end) of the consumption the rules counting per ``per`` (user or
+    project) need to judge ``admission``; None when none does."""
+    found: tuple[float, float] | None = None
+    for rule in rules:
+        if rule.per != per or rule.kind in DURATION_KINDS:
+            continue
+        pad = rule.window if rule.kind in (Kind.BUDGET, Kind.STACKING) else 0.0
+        low, high = admission.start - pad, admission.end + pad
+        found = (low, high) if found is None else (min(found[0], low), max(found[1], high))
+    return found
+
+
+def evaluate(
+    rules: Sequence[Rule],
+    admission: Admission,
+    spans: Sequence[Span] | None,
+    project: Sequence[Span] | None = None,
+) -> list[Decision]:
+    """A decision for every rule whose scope the lease falls in (an exempt project's rules are
+    decided allowed and marked ``exempt``). ``spans``: what the owner's project holds in the
+    ``reach`` of the rules, the lease's own resources included (``lease_id``), or only what
+    its user holds when ``project`` gives the project's; None when its resources are not
+    chosen yet: rules that need them, or a property scope, are left out."""
+    decisions: list[Decision] = []
+    pool = _Pool(spans or (), project, admission)
+    for rule in rules:
+        if spans is None and (rule.kind not in DURATION_KINDS or rule.properties is not MATCH_ALL):
+            continue
+        if not _in_scope(rule, admission, pool, spans is None):
+            continue
+        if admission.project_id in rule.exempt_projects:
+            decisions.append(
+                Decision(rule, True, 0.0, f"project {admission.project_id} is exempt", True)
+            )
+            continue
+        decision = _decide(rule, admission, pool)
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
+
+
+class _Pool:
+    """The spans grouped by resource type and properties (spans of one resource share their
+    properties), so that each rule tests its scope once per group, not once per span."""
+
+    def __init__(
+        self, spans: Sequence[Span], project: Sequence[Span] | None, admission: Admission
+    ) -> None:
+        groups: dict[tuple[str, int], tuple[str, Properties, list[Span], list[Span]]] = {}
+        owned: set[tuple[str, int]] = set()
+
+        def group_of(s: Span) -> tuple[str, Properties, list[Span], list[Span]]:
+            key = (s.resource_type, id(s.properties))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (s.resource_type, s.properties, [], [])
+            return group
+
+        for s in spans:
+            if project is None:
+                group_of(s)[2].append(s)
+            if s.user_id == admission.user_id:
+                group_of(s)[3].append(s)
+            if s.lease_id == admission.lease_id:
+                owned.add((s.resource_type, id(s.properties)))
+        for s in project or ():
+            group_of(s)[2].append(s)
+        self.groups = list(groups.values())
+        self.owned = [(groups[key][0], groups[key][1]) for key in owned]
+
+    def select(self, test: Callable[[str, Properties], bool], per: str) -> list[Span]:
+        """The spans of the groups passing ``test``: the project's, or the user's."""
+        chosen: list[Span] = []
+        for resource_type, properties, everyone, users in self.groups:
+            if test(resource_type, properties):
+                chosen.extend(everyone if per == "project" else users)
+        return chosen
+
+    def own(self, test: Callable[[str, Properties], bool]) -> bool:
+        """Whether the lease itself holds a resource passing ``test``."""
+        return any(test(resource_type, properties) for resource_type, properties in self.owned)
+
+
+def _in_scope(rule: Rule, admission: Admission, pool: _Pool, unchosen: bool) -> bool:
+    if rule.kind in COUNTED_KINDS and not unchosen:
+        return pool.own(rule.covers)
+    if rule.properties is MATCH_ALL:
+        return rule.resource_type is None or rule.resource_type in admission.resource_types
+    return pool.own(rule.scoped)
+
+
+def _decide(rule: Rule, admission: Admission, pool: _Pool) -> Decision | None:
+    start, end = admission.start, admission.end
+    if rule.kind == Kind.MAX_LENGTH:
+        figure = end - start
+        return _judge(rule, figure, f"this lease lasts {span(figure)}")
+    if rule.kind == Kind.MAX_ADVANCE:
+        figure = max(0.0, start - admission.now)
+        return _judge(rule, figure, f"this lease starts {span(figure)} ahead")
+    previous = admission.previous
+    if rule.kind in (Kind.EXTENSION_WINDOW, Kind.MAX_EXTENSION):
+        if previous is None or end <= previous[1]:
+            return None  # not an extension
+        if rule.kind == Kind.MAX_EXTENSION:
+            figure = end - previous[1]
+            return _judge(rule, figure, f"this update extends it by {span(figure)}")
+        figure = max(0.0, previous[1] - admission.now)
+        return _judge(rule, figure, f"it is asked {span(figure)} before the lease ends")
+    if rule.kind == Kind.CONCURRENT:
+        figure = peak(pool.select(rule.covers, rule.per), str(rule.unit), start, end)
+        return _judge(
+            rule,
+            figure,
+            f"with this lease the {rule.per} would hold {number(figure)} {rule.unit} at once",
+        )
+    if rule.kind == Kind.BUDGET:
+        mine = pool.select(rule.covers, rule.per)
+        figure = rolling(mine, str(rule.unit), rule.window, start, end) / DAY
+        return _judge(
+            rule,
+            figure,
+            f"with this lease the {rule.per} would use {number(figure)} {unit_of(rule)} "
+            f"in {span(rule.window)}",
+        )
+    if not pool.own(rule.scoped):
+        return None
+    figure = float(chain(pool.select(rule.scoped, rule.per), admission.lease_id, rule.gap))
+    return _judge(
+        rule,
+        figure,
+        f"this lease would make {number(figure)} leases less than {span(rule.gap)} apart",
+    )
+
+
+def _judge(rule: Rule, figure: float, what: str) -> Decision:
+    return Decision(rule, figure <= rule.limit + 1e-9, figure, what)
+
+
+def peak(spans: Sequence[Span], unit: str, start: float, end: float) -> float:
+    """The most of ``unit`` held at once at any instant of [start, end)."""
+    changes: list[tuple[float, float]] = []
+    for s in spans:
+        amount = s.amounts.get(unit, 0.0)
+        low, high = max(s.start, start), min(s.end, end)
+        if amount and low < high:
+            changes.append((low, amount))
+            changes.append((high, -amount))
+    changes.sort()  # at one instant the ends (negative) come before the starts
+    held = best = 0.0
+    for _, amount in changes:
+        held += amount
+        best = max(best, held)
+    return best
+
+
+def held_over(spans: Sequence[Span], unit: str, low: float, high: float) -> float:
+    """Unit-seconds of ``unit`` held within [low, high)."""
+    return sum(
+        s.amounts.get(unit, 0.0) * max(0.0, min(s.end, high) - max(s.start, low)) for s in spans
+    )
+
+
+def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: float) -> float:
+    """The most unit-seconds held in any window of length ``window`` that overlaps [start,
+    end). What a window holds is piecewise linear in its position, so its maximum is where the
+    window's start or end meets a span's start or end, or at the ends of the range; each is
+    read off the running total of unit-seconds (sorted once: no span is summed twice)."""
+    changes: dict[float, float] = {}
+    for s in spans:
+        amount = s.amounts.get(unit, 0.0)
+        if amount and s.start < s.end:
+            changes[s.start] = changes.get(s.start, 0.0) + amount
+            changes[s.end] = changes.get(s.end, 0.0) - amount
+    points = sorted(changes)
+    totals: list[float] = []  # unit-seconds held before each point
+    rates: list[float] = []  # units held from each point on
+    total = rate = 0.0
+    previous = points[0] if points else 0.0
+    for p in points:
+        total += rate * (p - previous)
+        rate += changes[p]
+        totals.append(total)
+        rates.append(rate)
+        previous = p
+
+    def held_until(x: float) -> float:
+        k = bisect.bisect_right(points, x) - 1
+        return 0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])
+
+    low, high = start - window, end
+    candidates = {low, high}
+    for p in points:
+        for t in (p, p - window):
+            if low <= t <= high:
+                candidates.add(t)
+    return max(held_until(t + window) - held_until(t) for t in candidates)
+
+
+def chain(spans: Sequence[Span], lease_id: str, gap: float) -> int:
+    """How many leases form the chain ``lease_id`` is in: leases whose windows overlap or are
+    less than ``gap`` apart, one after another."""
+    windows: dict[str, list[float]] = {}
+    for s in spans:
+        w = windows.setdefault(s.lease_id, [s.start, s.end])
+        w[0], w[1] = min(w[0], s.start), max(w[1], s.end)
+    ordered = sorted(windows.items(), key=lambda item: item[1][0])
+    groups: list[list[str]] = []
+    reach_end = -math.inf
+    for lid, (begin, finish) in ordered:
+        if not groups or begin >= reach_end + gap:
+            groups.append([])
+            reach_end = finish
+        groups[-1].append(lid)
+        reach_end = max(reach_end, finish)
+    return next((len(g) for g in groups if lease_id in g), 0)
+
+
+# -- words -----------------------------------------------------------------------------------
+
+
+def span(seconds: float) -> str:
+    """``2 days 3 hours``: a duration in words, to the minute (seconds when under one)."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole} seconds"
+    days, rest = divmod(whole // 60, 1440)
+    hours, minutes = divmod(rest, 60)
+    parts = [(days, "day"), (hours, "hour"), (minutes, "minute")]
+    return " ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in parts if n)
+
+
+def number(value: float) -> str:
+    return f"{value:.6g}" if value != int(value) else str(int(value))

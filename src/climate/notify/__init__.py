@@ -44,10 +44,9 @@ def enqueue_host(
 ) -> None:
     """Queue a host's ``topic`` (host.power_off, ...) to every webhook (the bus carries only
     Blazar's lease notifications)."""
-    webhooks = [s for s in settings.notification_sinks if not s.startswith(bus.BUS_PREFIX)]
-    if webhooks:
+    if settings.webhooks:
         body = {"event": topic, "sent_at": wire.stamp(now), "host": payload}
-        outbox.enqueue(session, webhooks, topic, body, now)
+        outbox.enqueue(session, settings.webhooks, topic, body, now)
 
 
 NEVER_STARTED = frozenset({LeaseStatus.PENDING, LeaseStatus.HELD, LeaseStatus.IN_PROGRESS})

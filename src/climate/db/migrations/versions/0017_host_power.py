@@ -1,7 +1,7 @@
 """host power: when the power policy powered each host down and up again
 
 Revision ID: 0017
-Revises: 0012
+Revises: 0015
 Create Date: 2026-11-25 04:40:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0012"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -72,7 +72,9 @@ def test_every_operation_answers_with_bodies_and_statuses_it_can_really_give(app
                 if status == "204":
                     assert "content" not in response
                 else:
-                    assert "application/json" in response["content"], (method, path, status)
+                    metrics = path == "/metrics" and status == "200"
+                    media = "text/plain" if metrics else "application/json"
+                    assert media in response["content"], (method, path, status)
     assert "HTTPValidationError" not in spec["components"]["schemas"]
 
 
@@ -133,6 +135,8 @@ class Conformance:
         content = responses[str(status)].get("content")
         if content is None:
             assert response.content == b""
+        elif "text/plain" in content:
+            assert response.headers["content-type"].startswith("text/plain")
         else:
             assert response.headers["content-type"] == "application/json"
             schema = {**content["application/json"]["schema"], **self.spec}
@@ -168,6 +172,9 @@ def call_every_operation(call: Conformance) -> None:
 
     call("GET", "/", 300)
     call("GET", "/versions", 300)
+    call("GET", "/healthz", 200)
+    call("GET", "/readyz", 200)
+    call("GET", "/metrics", 200)
     gpu = call("POST", "/v1/os-hosts", 201, json={"name": "c1", "gpu": "a100", "vcpus": 4})
     plain = call("POST", "/v1/os-hosts", 201, json={"name": "c2", "rack": 7, "cpu_info": "{}"})
     call("POST", "/v1/os-hosts", 409, json={"name": "c1"})

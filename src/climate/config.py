@@ -144,6 +144,21 @@ class Settings(BaseSettings):
     keystone_token_cache_seconds: int = Field(300, ge=-1)
     """How long a validated token is trusted without asking Keystone again (keystonemiddleware's
     ``token_cache_time``; -1 asks Keystone every time): a revoked token keeps working that long."""
+    # Operations (docs/operations.md).
+    ready_max_outbox_backlog: int = Field(10_000, ge=0)
+    """``/readyz`` fails (503, ``outbox``) while more notifications than this wait undelivered."""
+    metrics_dir: str = ""
+    """A directory where every Climate process of this machine keeps its Prometheus counters
+    (prometheus-client's multiprocess mode), so that ``/metrics`` of any API process shows them
+    all, the manager's included. Empty: ``climate api --workers N`` uses a private temporary one;
+    ``climate serve`` keeps them in memory (one process)."""
+    metrics_show_projects: bool = False
+    """``/metrics`` also counts leases per project (``climate_project_leases``): project ids."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line (``ts``, ``level``, ``logger``, ``message``, and
+    the access log's fields)."""
+    access_log: bool = True
+    """One line per HTTP request (logger ``climate.access``): method, path, route, status, time."""
 
     @classmethod
     def settings_customise_sources(

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from climate import __version__
+from climate import __version__, metrics
 from climate.api import (
     audit,
     availability,
@@ -24,20 +24,23 @@ from climate.api import (
     leases,
     openapi,
     operations,
+    ops,
     reservations,
     series,
     templates,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
+from climate.api.observe import ObservedRequests
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
-from climate.errors import ClimateError
+from climate.errors import ClimateError, NotEnoughCapacity
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
+from climate.services.health import HealthService
 from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
@@ -126,6 +129,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
+    app.state.health = HealthService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)
@@ -138,12 +142,16 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         app.include_router(items.item_router(kind))
     app.include_router(items.pools)
     app.include_router(instances.router)
+    app.include_router(ops.router)
     app.add_middleware(OpenStackHeaders)
+    app.add_middleware(ObservedRequests)
 
     @app.exception_handler(ClimateError)
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
+        if isinstance(exc, NotEnoughCapacity):
+            metrics.refused(exc.details)
         response = error_body(exc.status, exc.message, exc.name, exc.details)
         if exc.status == 401:
             response.headers.update(app.state.authenticate.challenge)

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
+from climate.api.schemas.ops import Health, Readiness
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -1256,6 +1257,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 
 SCHEMAS.update(ITEM_SCHEMAS)
 SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic))
+SCHEMAS.update(_pydantic_schemas(Health, Readiness))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1300,6 +1302,9 @@ _ANSWERS: dict[str, JsonSchema] = {
     "leases": _wrapped("leases", {"type": "array", "items": _ref("Lease")}),
     "host": _wrapped("host", _ref("Host")),
     "host_health": _ref("HostHealthPublic"),
+    "health": _ref("Health"),
+    "readiness": _ref("Readiness"),
+    "metrics": {"type": "string", "description": "Prometheus's text exposition format"},
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
     "allocation": _wrapped("allocation", _ref("HostAllocation")),
     "allocations": _wrapped("allocations", {"type": "array", "items": _ref("HostAllocation")}),
@@ -1351,13 +1356,17 @@ class Operation:
     body_required: bool = True
     creates: tuple[str, str] | None = None
     also: tuple[tuple[int, str], ...] = ()
-    """Other success answers: (status, key of its body in ``_ANSWERS``)."""
+    """Other answers: (status, key of its body in ``_ANSWERS``)."""
+    media_type: str = "application/json"
+    """Of the success body."""
 
     def responses(self) -> dict[str, Any]:
         status, answer = self.ok
         found: dict[str, Any] = {
             str(status): _response("no content" if answer is None else answer, answer)
         }
+        if answer is not None and self.media_type != "application/json":
+            found[str(status)]["content"] = {self.media_type: {"schema": _ANSWERS[answer]}}
         for other, key in self.also:
             found[str(other)] = _response(key, key)
         for code in sorted(self.errors | {500}):
@@ -1414,6 +1423,9 @@ def _item_operations(kind: Kind) -> dict[tuple[str, str], Operation]:
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/"): Operation((300, "versions"), _ANYONE),
     ("GET", "/versions"): Operation((300, "versions"), _ANYONE),
+    ("GET", "/healthz"): Operation((200, "health"), _ANYONE),
+    ("GET", "/readyz"): Operation((200, "readiness"), _ANYONE, also=((503, "readiness"),)),
+    ("GET", "/metrics"): Operation((200, "metrics"), _ANYONE, media_type="text/plain"),
     ("GET", "/v1/leases"): Operation((200, "leases"), _V1),
     ("POST", "/v1/leases"): Operation(
         (201, "created"),

@@ -36,10 +36,16 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
+    from climate import logs
+    from climate.serving import metrics_directory
+
+    settings = _settings(args)
+    logs.configure(settings, verbose=args.verbose)
+    metrics_directory(settings, getattr(args, "workers", 1))  # before climate.metrics is imported
+
     from climate.runtime import build_context, build_workers, open_database
     from climate.serving import bind
 
-    settings = _settings(args)
     listener = None
     if api:
         settings.check_bind(settings.bind_host, force=args.allow_noauth_public)

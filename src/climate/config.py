@@ -159,6 +159,11 @@ class Settings(BaseSettings):
     the access log's fields)."""
     access_log: bool = True
     """One line per HTTP request (logger ``climate.access``): method, path, route, status, time."""
+    prices: dict[str, str] = Field(default_factory=dict)
+    """The price table (``climate.pricing``, docs/usage.md): price per unit-hour by resource
+    type (``"physical:host" = "1.20"``) or premium by property (``"physical:host[gpu=a100]"``)."""
+    usage_max_days: int = Field(400, ge=1)
+    """Longest custom period a usage report may cover."""
 
     @classmethod
     def settings_customise_sources(
@@ -229,6 +234,17 @@ class Settings(BaseSettings):
 
         bus = sink_keys(self.notification_topics) if self.notification_transport_url else ()
         return self.webhooks + bus
+
+    @field_validator("prices")
+    @classmethod
+    def _price_table(cls, prices: dict[str, str]) -> dict[str, str]:
+        from climate.pricing import PriceTable
+
+        try:
+            PriceTable.parse(prices)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from exc
+        return prices
 
     @field_validator("flavors")
     @classmethod

@@ -28,6 +28,7 @@ from climate.api import (
     reservations,
     series,
     templates,
+    usage,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
@@ -48,6 +49,7 @@ from climate.services.leases import LeaseService
 from climate.services.reservation_actions import ReservationActionService
 from climate.services.series import SeriesService
 from climate.services.tokens import TokenService
+from climate.services.usage import UsageService
 from climate.services.volume_pools import VolumePoolService
 
 LOG = logging.getLogger(__name__)
@@ -130,6 +132,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
     app.state.health = HealthService(ctx)
+    app.state.usage = UsageService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)
@@ -143,6 +146,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(items.pools)
     app.include_router(instances.router)
     app.include_router(ops.router)
+    app.include_router(usage.router)
     app.add_middleware(OpenStackHeaders)
     app.add_middleware(ObservedRequests)
 

@@ -19,6 +19,7 @@ from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.api.schemas.ops import Health, Readiness
+from climate.api.schemas.usage import UsageResponse
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -1257,7 +1258,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 
 SCHEMAS.update(ITEM_SCHEMAS)
 SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic))
-SCHEMAS.update(_pydantic_schemas(Health, Readiness))
+SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1304,6 +1305,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     "host_health": _ref("HostHealthPublic"),
     "health": _ref("Health"),
     "readiness": _ref("Readiness"),
+    "usage": _ref("UsageResponse"),
     "metrics": {"type": "string", "description": "Prometheus's text exposition format"},
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
     "allocation": _wrapped("allocation", _ref("HostAllocation")),
@@ -1357,16 +1359,19 @@ class Operation:
     creates: tuple[str, str] | None = None
     also: tuple[tuple[int, str], ...] = ()
     """Other answers: (status, key of its body in ``_ANSWERS``)."""
-    media_type: str = "application/json"
-    """Of the success body."""
+    media_types: tuple[str, ...] = ("application/json",)
+    """Of the success body: JSON (of its schema) or text (a string)."""
 
     def responses(self) -> dict[str, Any]:
         status, answer = self.ok
         found: dict[str, Any] = {
             str(status): _response("no content" if answer is None else answer, answer)
         }
-        if answer is not None and self.media_type != "application/json":
-            found[str(status)]["content"] = {self.media_type: {"schema": _ANSWERS[answer]}}
+        if answer is not None and self.media_types != ("application/json",):
+            found[str(status)]["content"] = {
+                media: {"schema": _ANSWERS[answer] if media == "application/json" else _TEXT}
+                for media in self.media_types
+            }
         for other, key in self.also:
             found[str(other)] = _response(key, key)
         for code in sorted(self.errors | {500}):
@@ -1380,6 +1385,9 @@ class Operation:
             "required": self.body_required,
             "content": {"application/json": {"schema": _ref(self.body)}},
         }
+
+
+_TEXT = {"type": "string"}
 
 
 def _response(description: str, answer: str | None) -> dict[str, Any]:
@@ -1425,7 +1433,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/versions"): Operation((300, "versions"), _ANYONE),
     ("GET", "/healthz"): Operation((200, "health"), _ANYONE),
     ("GET", "/readyz"): Operation((200, "readiness"), _ANYONE, also=((503, "readiness"),)),
-    ("GET", "/metrics"): Operation((200, "metrics"), _ANYONE, media_type="text/plain"),
+    ("GET", "/metrics"): Operation((200, "metrics"), _ANYONE, media_types=("text/plain",)),
     ("GET", "/v1/leases"): Operation((200, "leases"), _V1),
     ("POST", "/v1/leases"): Operation(
         (201, "created"),
@@ -1495,6 +1503,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/volume-pools/{pool_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/volume-pools/{pool_id}/allocation"): Operation((200, "pool_allocation"), _ONE),
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
+    ("GET", "/v1/usage"): Operation(
+        (200, "usage"), _V1, media_types=("application/json", "text/csv")
+    ),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
 }

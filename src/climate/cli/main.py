@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from climate.cli import client, inventory, reservations, series
+from climate.cli import client, inventory, reservations, series, usage
 from climate.cli.output import render_json, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
@@ -254,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
     reservations.register(sub)
     inventory.register(sub)
     series.register(sub)
+    usage.register(sub)
     return parser
 
 

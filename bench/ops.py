@@ -29,7 +29,7 @@ REPORTS = 5
 
 def seed(database_url: str, leases: int = LEASES, hosts: int = HOSTS) -> None:
     """``leases`` one-host leases over January 2030, none overlapping on a host."""
-    from sqlalchemy import insert
+    from sqlalchemy import insert, text
 
     from climate.db import migrate
     from climate.db.engine import Database
@@ -113,6 +113,11 @@ def seed(database_url: str, leases: int = LEASES, hosts: int = HOSTS) -> None:
             (Event, event_rows),
         ):
             session.execute(insert(table_of(model)), rows)
+    if db.dialect == "postgresql":
+        # As autovacuum would soon after such a load: without statistics the planner joins
+        # allocations to events by scanning.
+        with db.engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE"))
     db.dispose()
 
 

@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
             "limit",
             "ui",
             "rules",
+            "ops",
             "all",
         ],
         default="all",
@@ -480,6 +481,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_rules(rules)
         targets += rules_targets(rules)
         results["scenarios"]["rules"] = rules
+    if args.scenario == "ops":  # not part of "all": seeds 10,000 leases
+        from bench.ops import ops_targets, print_ops, run_ops
+
+        ops = run_ops(args.db)
+        print_ops(ops)
+        targets += ops_targets(ops)
+        results["scenarios"]["ops"] = ops
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

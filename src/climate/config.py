@@ -174,6 +174,26 @@ class Settings(BaseSettings):
     keystone_token_cache_seconds: int = Field(300, ge=-1)
     """How long a validated token is trusted without asking Keystone again (keystonemiddleware's
     ``token_cache_time``; -1 asks Keystone every time): a revoked token keeps working that long."""
+    # Operations (docs/operations.md).
+    ready_max_outbox_backlog: int = Field(10_000, ge=0)
+    """``/readyz`` fails (503, ``outbox``) while more notifications than this wait undelivered."""
+    metrics_dir: str = ""
+    """A directory where every Climate process of this machine keeps its Prometheus counters
+    (prometheus-client's multiprocess mode), so that ``/metrics`` of any API process shows them
+    all, the manager's included. Empty: ``climate api --workers N`` uses a private temporary one;
+    ``climate serve`` keeps them in memory (one process)."""
+    metrics_show_projects: bool = False
+    """``/metrics`` also counts leases per project (``climate_project_leases``): project ids."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line (``ts``, ``level``, ``logger``, ``message``, and
+    the access log's fields)."""
+    access_log: bool = True
+    """One line per HTTP request (logger ``climate.access``): method, path, route, status, time."""
+    prices: dict[str, str] = Field(default_factory=dict)
+    """The price table (``climate.pricing``, docs/usage.md): price per unit-hour by resource
+    type (``"physical:host" = "1.20"``) or premium by property (``"physical:host[gpu=a100]"``)."""
+    usage_max_days: int = Field(400, ge=1)
+    """Longest custom period a usage report may cover."""
 
     @classmethod
     def settings_customise_sources(
@@ -289,6 +309,17 @@ class Settings(BaseSettings):
         if problem is not None:
             raise ValueError(f"not an http(s) URL: {url!r}: {problem}")
         return url
+
+    @field_validator("prices")
+    @classmethod
+    def _price_table(cls, prices: dict[str, str]) -> dict[str, str]:
+        from climate.pricing import PriceTable
+
+        try:
+            PriceTable.parse(prices)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from exc
+        return prices
 
     @field_validator("flavors")
     @classmethod

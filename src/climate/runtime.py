@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 
+from climate import logs
 from climate.api.app import create_app
 from climate.backends import load_backend
 from climate.config import Settings, load_settings
@@ -103,5 +104,6 @@ def build_workers(ctx: ServiceContext) -> Workers:
 def app_factory() -> FastAPI:
     """The API app for ``climate api --workers N`` (uvicorn imports this in each worker)."""
     settings = load_settings()
+    logs.configure(settings)
     db = open_database(settings, upgrade=False)
     return create_app(build_context(settings, db))

@@ -4,8 +4,13 @@ and a listening socket bound before anything else starts."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import errno
+import os
+import shutil
 import socket
+import sys
+import tempfile
 from typing import Any
 
 import uvicorn
@@ -105,6 +110,33 @@ class ReadTimeoutProtocol(HttpToolsProtocol):
         if answer:
             self.transport.write(TIMEOUT_RESPONSE)
         self.transport.close()
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_directory(settings: Settings, workers: int) -> str | None:
+    """Where this process and its children keep their Prometheus counters, set in the
+    environment before prometheus-client is imported (``climate.metrics``): ``metrics_dir``, or
+    for several workers a temporary directory removed at exit, or a directory the operator
+    already named in ``PROMETHEUS_MULTIPROC_DIR``. None: counters stay in this process."""
+    if os.environ.get(MULTIPROC_ENV):
+        return os.environ[MULTIPROC_ENV]
+    if settings.metrics_dir:
+        path = settings.metrics_dir
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise ClimateError(f"metrics_dir: cannot create {path}: {exc.strerror}") from exc
+    elif workers > 1:
+        path = tempfile.mkdtemp(prefix="climate-metrics-")
+        atexit.register(shutil.rmtree, path, True)
+    else:
+        return None
+    if "prometheus_client" in sys.modules:
+        raise ClimateError("metrics_dir: prometheus_client was imported before it could be set")
+    os.environ[MULTIPROC_ENV] = path
+    return path
 
 
 def bind(settings: Settings) -> socket.socket:

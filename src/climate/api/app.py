@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from climate import __version__
+from climate import __version__, metrics
 from climate.api import (
     audit,
     availability,
@@ -24,25 +24,29 @@ from climate.api import (
     leases,
     openapi,
     operations,
-    power,
+    ops,
     policy,
+    power,
     reservations,
     schemas,
     series,
     templates,
     ui,
+    usage,
 )
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
+from climate.api.observe import ObservedRequests
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
-from climate.errors import ClimateError
-from climate.fairshare.report import UsageService
+from climate.errors import ClimateError, NotEnoughCapacity
+from climate.fairshare.report import UsageService as RulesUsageService
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
+from climate.services.health import HealthService
 from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
@@ -51,6 +55,7 @@ from climate.services.power import PowerService
 from climate.services.reservation_actions import ReservationActionService
 from climate.services.series import SeriesService
 from climate.services.tokens import TokenService
+from climate.services.usage import UsageService
 from climate.services.volume_pools import VolumePoolService
 
 LOG = logging.getLogger(__name__)
@@ -130,7 +135,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
+    app.state.health = HealthService(ctx)
     app.state.usage = UsageService(ctx)
+    app.state.rules_usage = RulesUsageService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)
@@ -146,12 +153,17 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(power.router)
     ui.install(app, ctx)
     app.include_router(policy.router)
+    app.include_router(ops.router)
+    app.include_router(usage.router)
     app.add_middleware(OpenStackHeaders)
+    app.add_middleware(ObservedRequests)
 
     @app.exception_handler(ClimateError)
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
+        if isinstance(exc, NotEnoughCapacity):
+            metrics.refused(exc.details)
         response = error_body(exc.status, exc.message, exc.details)
         if exc.status == 401:
             response.headers.update(app.state.authenticate.challenge)

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from climate import wire
+from climate import metrics, wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
 from climate.api.parsing import flag
 from climate.api.reservations import ActionsDep
@@ -56,7 +56,8 @@ def create_lease(
         trial = services.leases.dry_run(actor, request)
         lease, position = trial.lease, trial.queue_position
     else:
-        lease, position = services.leases.create(actor, request), None
+        with metrics.ADMISSION_SECONDS.time():
+            lease, position = services.leases.create(actor, request), None
     answer: dict[str, Any] = {"lease": wire.lease(lease, position)}
     if request.duration is not None:
         answer["requested_window"] = answer["lease"]["requested_window"]

@@ -18,9 +18,11 @@ from pydantic import BaseModel
 from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
+from climate.api.schemas import schemas as request_models
+from climate.api.schemas.ops import Health, Readiness
 from climate.api.schemas.power import PowerAnswer
 from climate.api.schemas.ui import TimelineAnswer
-from climate.api.schemas import schemas as request_models
+from climate.api.schemas.usage import UsageResponse
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
@@ -1199,6 +1201,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 SCHEMAS.update(ITEM_SCHEMAS)
 SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer))
 SCHEMAS.update(_pydantic_schemas(TimelineAnswer))
+SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1244,6 +1247,10 @@ _ANSWERS: dict[str, JsonSchema] = {
     "host": _wrapped("host", _ref("Host")),
     "host_health": _ref("HostHealthPublic"),
     "power": _ref("PowerAnswer"),
+    "health": _ref("Health"),
+    "readiness": _ref("Readiness"),
+    "billing": _ref("UsageResponse"),
+    "metrics": {"type": "string", "description": "Prometheus's text exposition format"},
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
     "allocation": _wrapped("allocation", _ref("HostAllocation")),
     "allocations": _wrapped("allocations", {"type": "array", "items": _ref("HostAllocation")}),
@@ -1298,13 +1305,20 @@ class Operation:
     body_required: bool = True
     creates: tuple[str, str] | None = None
     also: tuple[tuple[int, str], ...] = ()
-    """Other success answers: (status, key of its body in ``_ANSWERS``)."""
+    """Other answers: (status, key of its body in ``_ANSWERS``)."""
+    media_types: tuple[str, ...] = ("application/json",)
+    """Of the success body: JSON (of its schema) or text (a string)."""
 
     def responses(self) -> dict[str, Any]:
         status, answer = self.ok
         found: dict[str, Any] = {
             str(status): _response("no content" if answer is None else answer, answer)
         }
+        if answer is not None and self.media_types != ("application/json",):
+            found[str(status)]["content"] = {
+                media: {"schema": _ANSWERS[answer] if media == "application/json" else _TEXT}
+                for media in self.media_types
+            }
         for other, key in self.also:
             found[str(other)] = _response(key, key)
         for code in sorted(self.errors | {500}):
@@ -1322,6 +1336,7 @@ class Operation:
 
 _MEDIA_TYPES = {"calendar": "text/calendar"}
 """Answers that are not JSON."""
+_TEXT = {"type": "string"}
 
 
 def _response(description: str, answer: str | None) -> dict[str, Any]:
@@ -1372,6 +1387,9 @@ def _item_operations(kind: Kind) -> dict[tuple[str, str], Operation]:
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/"): Operation((300, "versions"), _ANYONE),
     ("GET", "/versions"): Operation((300, "versions"), _ANYONE),
+    ("GET", "/healthz"): Operation((200, "health"), _ANYONE),
+    ("GET", "/readyz"): Operation((200, "readiness"), _ANYONE, also=((503, "readiness"),)),
+    ("GET", "/metrics"): Operation((200, "metrics"), _ANYONE, media_types=("text/plain",)),
     ("GET", "/v1/leases"): Operation((200, "leases"), _V1),
     ("POST", "/v1/leases"): Operation(
         (201, "created"),
@@ -1439,6 +1457,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/volume-pools/{pool_id}"): Operation((204, None), _ONE | {409}),
     ("GET", "/v1/volume-pools/{pool_id}/allocation"): Operation((200, "pool_allocation"), _ONE),
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
+    ("GET", "/v1/usage"): Operation(
+        (200, "billing"), _V1, media_types=("application/json", "text/csv")
+    ),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
     ("GET", "/v1/timeline"): Operation((200, "dashboard_timeline"), _V1),

@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1/policy", tags=["policy"])
 
 
 async def _usage(request: Request) -> UsageService:
-    service: UsageService = request.app.state.usage
+    service: UsageService = request.app.state.rules_usage
     return service
 
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from climate.cli import calendar, client, inventory, reservations, series
+from climate.cli import calendar, client, inventory, reservations, series, usage
 from climate.cli.output import add_format_options, emit, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
@@ -36,10 +36,16 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
+    from climate import logs
+    from climate.serving import metrics_directory
+
+    settings = _settings(args)
+    logs.configure(settings, verbose=args.verbose)
+    metrics_directory(settings, getattr(args, "workers", 1))  # before climate.metrics is imported
+
     from climate.runtime import build_context, build_workers, open_database
     from climate.serving import bind
 
-    settings = _settings(args)
     listener = None
     if api:
         settings.check_bind(settings.bind_host, force=args.allow_noauth_public)
@@ -256,6 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     inventory.register(sub)
     series.register(sub)
     calendar.register(sub)
+    usage.register(sub)
     _describe(parser)
     return parser
 

@@ -9,6 +9,8 @@ seconds and a live one's never are.
   dies, however it dies). Holding it, the manager knows that every event claim in the database
   is a gone manager's, and ends them all at start-up. A heartbeat could not work there: the
   manager holds SQLite's write lock while it waits for the backend, so it could not write one.
+  Its liveness for ``/readyz`` and the metrics is that file's modification time instead, touched
+  every ``manager_heartbeat_seconds`` by a thread of its own (``last_heartbeat``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import IO
 
 from climate.config import Settings
 from climate.db import leases as lease_rows
-from climate.db import managers
+from climate.db import managers, ops
 from climate.db.engine import Database
 from climate.domain.clock import Clock
 from climate.errors import ClimateError
@@ -76,11 +78,17 @@ class SoleManager:
     """The lock that makes a manager the only one on its SQLite file; taken at construction,
     after which the claims left by the manager that held it before are ended."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, interval: float = 1.0) -> None:
         self._file: IO[str] | None = None
-        path = db.engine.url.database or ""
-        if path and path != ":memory:":  # an in-memory database is this process's alone
-            self._file = _lock(f"{path}-manager")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        path = _lock_path(db)
+        if path is not None:
+            self._file = _lock(path)
+            self._thread = threading.Thread(
+                target=self._touch, args=(path, interval), name="climate-heartbeat", daemon=True
+            )
+            self._thread.start()
         with db.transaction() as session:
             released = lease_rows.expire_claims(session, clock.now())
         if released:
@@ -89,10 +97,41 @@ class SoleManager:
                 released,
             )
 
+    def _touch(self, path: str, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                os.utime(path)
+            except OSError:
+                LOG.exception("heartbeat of the manager (touching %s) failed; trying again", path)
+
     def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _lock_path(db: Database) -> str | None:
+    """The file a SQLite database's manager locks and touches; None for an in-memory one,
+    which is this process's alone."""
+    path = db.engine.url.database or ""
+    return None if not path or path == ":memory:" else f"{path}-manager"
+
+
+def last_heartbeat(db: Database) -> dt.datetime | None:
+    """When a manager of this database last showed it is alive (wall clock), if one ever did:
+    the newest heartbeat (PostgreSQL), or the SQLite manager's lock file last touched. A
+    stopped manager's last sign stays, and ages."""
+    if db.dialect != "sqlite":
+        with db.reader() as session:
+            return ops.newest_heartbeat(session)
+    path = _lock_path(db)
+    try:
+        return None if path is None else dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
+    except FileNotFoundError:
+        return None
 
 
 def _lock(path: str) -> IO[str]:
@@ -118,7 +157,7 @@ def start_liveness(
 ) -> Heartbeat | SoleManager:
     """What the manager ``name`` needs before it starts, by database."""
     if db.dialect == "sqlite":
-        return SoleManager(db, clock)
+        return SoleManager(db, clock, settings.manager_heartbeat_seconds)
     heartbeat = Heartbeat(db, name, settings)
     heartbeat.start()
     return heartbeat

@@ -24,14 +24,15 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy.orm import Session
 
+from climate import metrics
 from climate.backends.base import Backend, Outcome, Timeboxed
 from climate.db import leases as lease_rows
-from climate.db import managers
+from climate.db import managers, ops
 from climate.db.leases import DueEvent
 from climate.db.tables import Event, Lease
 from climate.domain.clock import seconds_until
@@ -103,10 +104,20 @@ class _Pass:
     """(event id, reason) of each failed event."""
     unrun: list[str]
     """Events not run because an earlier event of their lease failed or was lost."""
+    done: list[DueEvent] = field(default_factory=list)
+    """The events that succeeded."""
 
     @property
     def ran(self) -> int:
         return sum(self.kinds.values())
+
+
+def _observe_lag(done: list[DueEvent], times: dict[str, dt.datetime], now: dt.datetime) -> None:
+    """How long after its time each event was done (``climate_event_lag_seconds``)."""
+    for event in done:
+        at = times.get(event.id)
+        if at is not None:
+            metrics.EVENT_LAG.labels(event.event_type).observe(max(0.0, (now - at).total_seconds()))
 
 
 NOTHING_DUE = dt.datetime.max.replace(tzinfo=dt.UTC)
@@ -250,6 +261,7 @@ class Manager:
                 return result
             finish = partial(lease_rows.finish_events, taken_by=self.name, until=until)
             result = self._run_rounds(session, plan.events, lambda e: plan.steps[e.id], finish, now)
+            _observe_lag(result.done, dict.fromkeys((e.id for e in result.done), plan.due), now)
             # Failed events are claimed like any other, so that their failure is recorded.
             failed = [event_id for event_id, _ in result.failures]
             lease_rows.claim(session, failed, self.name, now, until)
@@ -315,6 +327,8 @@ class Manager:
                 session, due, decide, lease_rows.finish_events, now, lost, statuses
             )
             lease_rows.unclaim(session, result.unrun, self.name, now)
+            times = ops.event_times(session, [e.id for e in result.done])
+        _observe_lag(result.done, times, now)
         self._log(result, len(leases), began, "claimed")
         return result
 
@@ -356,6 +370,7 @@ class Manager:
                 for event, step, outcome in zip(segment, steps, outcomes, strict=True):
                     result.kinds[event.event_type] += 1
                     if outcome is None:
+                        result.done.append(event)
                         if statuses is not None and isinstance(step, Step):
                             statuses.record(step)
                         continue

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 
+from climate import metrics
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
@@ -154,6 +155,8 @@ class Deliverer:
                 )
                 return
             row.attempts += 1
+            sink = "bus" if row.url.startswith(BUS_PREFIX) else "webhook"
+            (metrics.DELIVERIES if error is None else metrics.DELIVERY_FAILURES).labels(sink).inc()
             if error is None:
                 row.status, row.delivered_at, row.last_error = outbox.DELIVERED, now, None
                 return

@@ -1,0 +1,119 @@
+"""The service's one price table: what an hour of a resource costs, flat per resource type or a
+premium for resources with a given property (the design's "flat fee or premium price").
+
+Pure: no I/O. ``prices`` (a setting) maps a rule to a price per unit-hour, as a decimal string:
+
+- ``"physical:host"``: every host-hour (the flat price of the type);
+- ``"physical:host[gpu=a100]"``: an hour of a host whose property ``gpu`` is ``a100`` (a
+  premium). Where several premiums match, the highest price applies; where none does, the flat
+  price; with neither, the hour is free.
+
+Each resource type is counted in its unit (``UNITS``): instances in vCPU-hours and in GB-hours of
+memory (the types ``virtual:instance:vcpu`` and ``virtual:instance:memory_gb``), volumes in
+GB-hours, hosts, floating IPs, devices and network segments in hours of one. Usage reports and
+fair-share credits both price through :meth:`PriceTable.amount`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
+from climate.errors import InvalidInput
+
+UNITS: dict[str, str] = {
+    "physical:host": "host-hours",
+    "virtual:instance:vcpu": "vcpu-hours",
+    "virtual:instance:memory_gb": "memory-gb-hours",
+    "virtual:volume": "gb-hours",
+    "virtual:floatingip": "ip-hours",
+    "device": "device-hours",
+    "network": "segment-hours",
+}
+"""The resource types a price can be set for, and the unit their hours are counted in."""
+CENT = Decimal("0.01")
+_RULE = re.compile(r"^(?P<type>[a-z_:]+)(?:\[(?P<name>[^=\]]+)=(?P<value>[^\]]*)\])?$")
+
+
+@dataclass(frozen=True)
+class Premium:
+    name: str
+    value: str
+    price: Decimal
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The price per unit-hour that applies to one resource, and the rule it comes from."""
+
+    price: Decimal
+    rule: str
+    """``physical:host``, ``physical:host[gpu=a100]``, or ``""`` when no rule applies (free)."""
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    flat: Mapping[str, Decimal]
+    premiums: Mapping[str, tuple[Premium, ...]]
+
+    @classmethod
+    def parse(cls, prices: Mapping[str, str], field: str = "prices") -> PriceTable:
+        """:raises InvalidInput: an unknown resource type, a malformed rule or price, or a
+        negative price (named ``prices.<rule>``)."""
+        flat: dict[str, Decimal] = {}
+        premiums: dict[str, list[Premium]] = {}
+        for rule, text in prices.items():
+            match = _RULE.match(rule)
+            where = f"{field}.{rule}"
+            if match is None:
+                raise InvalidInput(where, "a rule is 'TYPE' or 'TYPE[PROPERTY=VALUE]'")
+            kind = match["type"]
+            if kind not in UNITS:
+                raise InvalidInput(where, f"unknown resource type; one of {', '.join(UNITS)}")
+            price = _price(where, text)
+            if match["name"] is None:
+                flat[kind] = price
+            else:
+                premiums.setdefault(kind, []).append(Premium(match["name"], match["value"], price))
+        return cls(flat, {k: tuple(v) for k, v in premiums.items()})
+
+    def rate(self, resource_type: str, properties: Mapping[str, str]) -> Rate:
+        """The price of one unit-hour of a resource of this type with these properties."""
+        best: Premium | None = None
+        for premium in self.premiums.get(resource_type, ()):
+            if properties.get(premium.name) == premium.value and (
+                best is None or premium.price > best.price
+            ):
+                best = premium
+        if best is not None:
+            return Rate(best.price, f"{resource_type}[{best.name}={best.value}]")
+        if resource_type in self.flat:
+            return Rate(self.flat[resource_type], resource_type)
+        return Rate(Decimal(0), "")
+
+    def amount(
+        self, resource_type: str, properties: Mapping[str, str], unit_hours: Decimal
+    ) -> Decimal:
+        """What ``unit_hours`` of such a resource cost, to the cent (half to even)."""
+        return cost(self.rate(resource_type, properties).price, unit_hours)
+
+
+def cost(price: Decimal, unit_hours: Decimal) -> Decimal:
+    return (price * unit_hours).quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def hours(unit_seconds: int) -> Decimal:
+    """Unit-seconds as unit-hours, exact to the microsecond-hour."""
+    return (Decimal(unit_seconds) / 3600).quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN)
+
+
+def _price(where: str, text: str) -> Decimal:
+    try:
+        price = Decimal(str(text).strip())
+    except InvalidOperation:
+        raise InvalidInput(where, f"must be a decimal number, not {text!r}") from None
+    if not price.is_finite() or price < 0:
+        raise InvalidInput(where, f"must be a number at least 0, not {text!r}")
+    return price

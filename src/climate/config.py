@@ -19,8 +19,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
-from climate.services.templates import parse_flavors
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 

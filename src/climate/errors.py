@@ -18,14 +18,10 @@ layer turns them into responses::
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class ClimateError(Exception):
     status = 500
     name = "INTERNAL_SERVER_ERROR"
-    details: dict[str, Any] | None = None
-    """More fields for the error body, JSON-ready (a refusal's ``reason`` and ``offers``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

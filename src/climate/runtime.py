@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from climate.api.app import create_app
 from climate.backends import load_backend
 from climate.config import Settings, load_settings
+from climate.context import ServiceContext
 from climate.db import migrate
 from climate.db.engine import Database
 from climate.domain.clock import Clock, SystemClock
@@ -21,7 +22,6 @@ from climate.manager.service import Manager
 from climate.manager.wakeup import WakeWatcher
 from climate.notify.delivery import Deliverer
 from climate.resources import load_resource_types
-from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from climate import __version__
+from climate import __version__, wire
 from climate.api import (
     audit,
     availability,
@@ -32,11 +32,12 @@ from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
+from climate.context import ServiceContext
+from climate.domain.admission import AdmissionRefused
 from climate.errors import ClimateError
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
-from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService
@@ -144,7 +145,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
-        response = error_body(exc.status, exc.message, exc.name, exc.details)
+        details = wire.refused(exc.refused) if isinstance(exc, AdmissionRefused) else None
+        response = error_body(exc.status, exc.message, exc.name, details)
         if exc.status == 401:
             response.headers.update(app.state.authenticate.challenge)
         return response

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from climate import inputs
+from climate.domain.requests import Conflicts, SeriesRequest
 from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.services.leases import LeaseChanges, LeaseRequest, ReservationRequest
-from climate.services.series import Conflicts, SeriesRequest
 
 _FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f")
 # Dates are shifted by days around a window when planning; keep well clear of datetime.max.

@@ -78,8 +78,10 @@ class Database:
         return self.engine.dialect.name
 
     @contextlib.contextmanager
-    def transaction(self, *, lock: str | None = None) -> Iterator[Session]:
-        """One transaction; with ``lock``, serialised against every other holder of that lock.
+    def transaction(self, *, lock: str | None = None, rollback: bool = False) -> Iterator[Session]:
+        """One transaction; with ``lock``, serialised against every other holder of that lock;
+        with ``rollback``, rolled back at the end of the block instead of committed (a dry run:
+        the block's objects stay as built, nothing it wrote remains).
 
         The lock is taken first thing, which on SQLite makes the transaction a writer from its
         first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
@@ -101,9 +103,14 @@ class Database:
                     except BaseException:
                         _undo(session)
                         raise
+                    if rollback:
+                        _undo(session)
+                        session.rollback()
             except BaseException:
                 _undo(session)  # the commit failed
                 raise
+            if rollback:
+                return
             for done in session.info.pop("on_commit", []):
                 done()
 

@@ -30,6 +30,7 @@ from climate.backends.base import (
     Start,
     Timeboxed,
 )
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.tables import Event, Lease, Reservation
@@ -44,7 +45,6 @@ from climate.domain.status import (
 )
 from climate.notify import enqueue_lease, enqueue_leases
 from climate.services import backend_records
-from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from functools import partial
 from sqlalchemy.orm import Session
 
 from climate.backends.base import Backend, Outcome, Timeboxed
+from climate.context import ServiceContext
 from climate.db import leases as lease_rows
 from climate.db import managers
 from climate.db.leases import DueEvent
@@ -44,7 +45,6 @@ from climate.manager.handlers import (
     ends_early,
     mark_in_progress,
 )
-from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.leases import LeaseService
 from climate.services.reclaim import ReclaimService

@@ -16,12 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 
+from climate.context import ServiceContext
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
 from climate.notify.bus import BUS_PREFIX, Bus, BusSink
 from climate.notify.sinks import Sink, WebhookSink
-from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 SINK_BATCH = 10

@@ -7,11 +7,13 @@ import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate.context import ServiceContext
 from climate.domain.actor import Actor
+from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.planner.availability import SearchRange, earliest, timeline
 from climate.planner.capacity_search import volume_timeline
@@ -25,17 +27,12 @@ from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import ItemType
 from climate.resources.volumes import VolumeType
-from climate.services.context import ServiceContext
 from climate.services.placing import (
     instance_space,
     placers,
     searchable,
     storage_pools,
 )
-
-if TYPE_CHECKING:
-    # Not at run time: services.leases imports services.offers, which imports this module.
-    from climate.services.leases import ReservationRequest
 
 RULE = "climate:availability:get"
 NAMES_RULE = "blazar:oshosts:get"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from climate.backends.base import Enrol, Timeboxed, UnknownResource
+from climate.context import ServiceContext
 from climate.db import audit as audit_rows
 from climate.db import blazar_import as blazar_rows
 from climate.db.blazar_import import BlazarRows, Present, Row, utc
@@ -44,7 +45,6 @@ from climate.domain.status import (
 )
 from climate.errors import BackendError, ClimateError, InvalidInput
 from climate.resources.items import FLOATING_IPS
-from climate.services.context import ServiceContext
 
 HOSTS = "physical:host"
 INSTANCES = "virtual:instance"
@@ -124,10 +124,6 @@ def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{n} {what}" for what, n in counter.items() if n)
 
 
-class _DryRun(Exception):
-    """Rolls the dry run's transaction back once its report is made."""
-
-
 class BlazarImportService:
     def __init__(self, ctx: ServiceContext, backend: Timeboxed | None = None) -> None:
         self.ctx = ctx
@@ -144,43 +140,38 @@ class BlazarImportService:
         source = blazar_rows.read(url)
         unknown_hosts = self._unknown_hosts(source)
         report = ImportReport(dry_run=dry_run)
-        try:
-            with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-                version = int(session.info["lock_version"])
-                lease_ids = [r["id"] for r in source.of("leases")]
-                mapping = _Mapping(
-                    self.ctx,
-                    source,
-                    blazar_rows.present(session, lease_ids, FLOATING_IPS.kind),
-                    unknown_hosts,
-                    report,
-                    self.ctx.clock.now(),
+        with self.ctx.db.transaction(lock=ADMISSION_LOCK, rollback=dry_run) as session:
+            version = int(session.info["lock_version"])
+            lease_ids = [r["id"] for r in source.of("leases")]
+            mapping = _Mapping(
+                self.ctx,
+                source,
+                blazar_rows.present(session, lease_ids, FLOATING_IPS.kind),
+                unknown_hosts,
+                report,
+                self.ctx.clock.now(),
+            )
+            hosts, items, settings = mapping.inventory()
+            blazar_rows.add_inventory(session, hosts, items, settings)
+            leases, instance_hosts = mapping.leases()
+            if report.unmappable and not skip_unmappable and not dry_run:
+                raise Unmappable(
+                    "the Blazar database has rows Climate cannot map (nothing was "
+                    "written; --skip-unmappable imports without them): "
+                    + "; ".join(report.unmappable)
                 )
-                hosts, items, settings = mapping.inventory()
-                blazar_rows.add_inventory(session, hosts, items, settings)
-                leases, instance_hosts = mapping.leases()
-                if report.unmappable and not skip_unmappable and not dry_run:
-                    raise Unmappable(
-                        "the Blazar database has rows Climate cannot map (nothing was "
-                        "written; --skip-unmappable imports without them): "
-                        + "; ".join(report.unmappable)
-                    )
-                report.skipped = bool(report.unmappable) and skip_unmappable
-                blazar_rows.add_leases(session, leases, version, instance_hosts)
-                if not dry_run and report.written:
-                    audit_rows.record(
-                        session,
-                        at=mapping.now,
-                        actor="import-blazar",
-                        action="blazar.import",
-                        target_type="database",
-                        target_id=_safe_url(url),
-                        detail=report.as_dict(),
-                    )
-                if dry_run:
-                    raise _DryRun
-        except _DryRun:
-            return report
+            report.skipped = bool(report.unmappable) and skip_unmappable
+            blazar_rows.add_leases(session, leases, version, instance_hosts)
+            if not dry_run and report.written:
+                audit_rows.record(
+                    session,
+                    at=mapping.now,
+                    actor="import-blazar",
+                    action="blazar.import",
+                    target_type="database",
+                    target_id=_safe_url(url),
+                    detail=report.as_dict(),
+                )
         return report
 
     def _unknown_hosts(self, source: BlazarRows) -> dict[str, str]:

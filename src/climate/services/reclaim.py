@@ -12,6 +12,7 @@ from typing import cast
 from sqlalchemy.orm import Session
 
 from climate.backends.base import Migrate, Migration, Timeboxed
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
@@ -35,7 +36,6 @@ from climate.resources.calendar_cache import CalendarCache
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.services import backend_records
-from climate.services.context import ServiceContext
 from climate.services.leases import LeaseService
 
 LOG = logging.getLogger(__name__)

@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from climate.addresses import redact, sink_keys, transport_url_problem, validate_webhook_urls
 from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
 
@@ -178,8 +179,6 @@ class Settings(BaseSettings):
     @field_validator("webhooks")
     @classmethod
     def _webhook_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
-        from climate.notify.sinks import validate_webhook_urls  # climate.notify imports config
-
         try:
             validate_webhook_urls(urls)
         except InvalidInput as exc:
@@ -199,8 +198,6 @@ class Settings(BaseSettings):
     def _transport_url(cls, url: str) -> str:
         if not url:
             return url
-        from climate.notify.bus import redact, transport_url_problem
-
         problem = transport_url_problem(url)
         if problem is not None:
             raise ValueError(f"not an oslo.messaging transport URL: {redact(url)!r}: {problem}")
@@ -210,8 +207,6 @@ class Settings(BaseSettings):
     def notification_sinks(self) -> tuple[str, ...]:
         """Where each notification goes: every webhook URL, and each bus topic (``bus:<topic>``)
         when there is a transport URL."""
-        from climate.notify.bus import sink_keys
-
         bus = sink_keys(self.notification_topics) if self.notification_transport_url else ()
         return self.webhooks + bus
 

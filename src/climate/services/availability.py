@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from climate.context import ServiceContext
+from climate.db.calendar_cache import HISTORY
 from climate.domain.actor import Actor
 from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
@@ -22,7 +23,6 @@ from climate.planner.instances import Size
 from climate.planner.query import parse_query
 from climate.resources import pick
 from climate.resources.base import ResourceType
-from climate.resources.calendar_cache import HISTORY
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import ItemType

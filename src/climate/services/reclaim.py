@@ -17,6 +17,7 @@ from climate.db import audit
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
 from climate.db import reclaim as reclaim_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Host, Lease, Reservation
 from climate.domain.status import LeaseStatus
@@ -32,7 +33,6 @@ from climate.planner.reclaim import (
     TargetUse,
     plan_reclaim,
 )
-from climate.resources.calendar_cache import CalendarCache
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.services import backend_records

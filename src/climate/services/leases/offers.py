@@ -23,6 +23,7 @@ import numpy as np
 
 from climate.context import ServiceContext
 from climate.db import leases as lease_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.domain.admission import (
     AdmissionRefused,
@@ -52,7 +53,6 @@ from climate.planner.availability import (
 from climate.planner.calendar import moment, seconds
 from climate.resources import pick
 from climate.resources.base import ResourceType
-from climate.resources.calendar_cache import CalendarCache
 from climate.services.placing import placers, searchable
 
 if TYPE_CHECKING:

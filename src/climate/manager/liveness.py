@@ -21,7 +21,7 @@ import threading
 from typing import IO
 
 from climate.config import Settings
-from climate.db import leases as lease_rows
+from climate.db import events as event_rows
 from climate.db import managers
 from climate.db.engine import Database
 from climate.domain.clock import Clock
@@ -82,7 +82,7 @@ class SoleManager:
         if path and path != ":memory:":  # an in-memory database is this process's alone
             self._file = _lock(f"{path}-manager")
         with db.transaction() as session:
-            released = lease_rows.expire_claims(session, clock.now())
+            released = event_rows.expire_claims(session, clock.now())
         if released:
             LOG.warning(
                 "%d event(s) were claimed by a manager that is gone; running them again",

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from climate.backends.base import Backend, Outcome, Timeboxed
 from climate.context import ServiceContext
+from climate.db import events as event_rows
 from climate.db import leases as lease_rows
 from climate.db import managers
 from climate.db.leases import DueEvent
@@ -188,15 +189,15 @@ class Manager:
         then and their leases and decide what each event will do, writing nothing. Returns how
         many events are planned."""
         with _gc_paused(), self.ctx.db.reader() as session:
-            due = lease_rows.next_due(session)
+            due = event_rows.next_due(session)
             if due is None:
                 self._plan = None
                 return 0
             due = max(due, self.ctx.clock.now())  # behind: everything due by now
             # The version first: a change committed after it shows as a new version at ``due``.
             version = lease_rows.admission_version(session)
-            events = lease_rows.chains_due_by(session, due, PLAN_LEASES)
-            leases = lease_rows.leases_for_events(
+            events = event_rows.chains_due_by(session, due, PLAN_LEASES)
+            leases = event_rows.leases_for_events(
                 session, {e.lease_id for e in events}, with_events=self._with_events
             )
             # An early end releases through the resource type, which wants the lease in the
@@ -242,10 +243,10 @@ class Manager:
             if lease_rows.admission_version(session) != plan.version:
                 LOG.info("plan for %s: leases changed since; claiming its events", plan.due)
                 return result
-            if lease_rows.take_waiting(session, ids, now) != len(ids):
+            if event_rows.take_waiting(session, ids, now) != len(ids):
                 LOG.info("plan for %s: events taken meanwhile; claiming them", plan.due)
                 return result
-            finish = partial(lease_rows.finish_events, taken_by=self.name, until=until)
+            finish = partial(event_rows.finish_events, taken_by=self.name, until=until)
             result = self._run_rounds(session, plan.events, lambda e: plan.steps[e.id], finish, now)
             # Failed events are claimed like any other, so that their failure is recorded.
             failed = [event_id for event_id, _ in result.failures]
@@ -262,7 +263,7 @@ class Manager:
         alive_since = managers.wall_now() - dt.timedelta(seconds=settings.manager_dead_seconds)
         with self.ctx.db.transaction() as session:
             due = lease_rows.due_events(session, now, BATCH, alive_since=alive_since)
-            gone = lease_rows.claim_holders(
+            gone = event_rows.claim_holders(
                 session, [e.id for e in due if e.status == EventStatus.IN_PROGRESS]
             )
             heads = {e.id for e in due if e.round == 0}
@@ -288,8 +289,8 @@ class Manager:
         began = time.perf_counter()
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
-            lost = lease_rows.lost_claims(session, [e.id for e in due], self.name)
-            leases = lease_rows.leases_for_events(
+            lost = event_rows.lost_claims(session, [e.id for e in due], self.name)
+            leases = event_rows.leases_for_events(
                 session, {e.lease_id for e in due}, with_events=self._with_events
             )
             statuses = Statuses()
@@ -309,9 +310,9 @@ class Manager:
                     return exc
 
             result = self._run_rounds(
-                session, due, decide, lease_rows.finish_events, now, lost, statuses
+                session, due, decide, event_rows.finish_events, now, lost, statuses
             )
-            lease_rows.unclaim(session, result.unrun, self.name, now)
+            event_rows.unclaim(session, result.unrun, self.name, now)
         self._log(result, len(leases), began, "claimed")
         return result
 
@@ -485,7 +486,7 @@ class Manager:
         self._expecting = None  # while reading, every wake-up counts
         settings = self.ctx.settings
         with self.ctx.db.reader() as session:
-            due = lease_rows.next_due(session)
+            due = event_rows.next_due(session)
             queue_due, hunting = lease_rows.queue_timers(session)
             beat = managers.oldest_claimer_beat(session)
         if beat is not None:
@@ -535,7 +536,7 @@ class Manager:
     def _plan_current(self, plan: _Plan) -> bool:
         with self.ctx.db.reader() as session:
             return (
-                lease_rows.next_due(session) == plan.due
+                event_rows.next_due(session) == plan.due
                 and lease_rows.admission_version(session) == plan.version
             )
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
@@ -51,6 +50,9 @@ from climate.backends.base import (
     Withdraw,
 )
 from climate.backends.openstack.config import CloudConfig
+from climate.backends.openstack.placement import Placement
+from climate.backends.openstack.servers import INSTANCES, RESERVATION_PREFIX, Servers, flavor_id
+from climate.backends.openstack.watch import listen_to_services, service_state
 from climate.config import Settings
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput
@@ -59,14 +61,11 @@ from climate.keystone import log_in
 LOG = logging.getLogger(__name__)
 
 HOSTS = "physical:host"
-INSTANCES = "virtual:instance"
-RESERVATION_PREFIX = "reservation"
 FLAVOR_EXTRA_SPEC = "aggregate_instance_extra_specs:reservation"
 HYPERVISOR_MICROVERSION = "2.87"
 """The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
 SERVICES_MICROVERSION = "2.53"
 """os-services with ``forced_down`` and service UUIDs."""
-PLACEMENT_MICROVERSION = "1.29"
 SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
 STOPPED = frozenset({"SHUTOFF"})
 
@@ -103,6 +102,8 @@ class OpenStackBackend(Backend):
     def __init__(self, conn: Any, config: CloudConfig) -> None:
         self.conn = conn
         self.config = config
+        self.placement = Placement(conn, config.server_deletion_seconds)
+        self.servers = Servers(conn, config.server_deletion_seconds)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -148,18 +149,18 @@ class OpenStackBackend(Backend):
         if isinstance(action, BeforeEnd):
             for handover, what in action.steps:
                 if what == "snapshot":
-                    for server in self._servers_of(handover):
+                    for server in self.servers.of(handover):
                         self.conn.compute.create_server_image(
                             server, f"{RESERVATION_PREFIX}:{handover.reservation_id}:{server.id}"
                         )
             return Done()
         if isinstance(action, StartManual):
-            for server in self._servers_of(action.handover):
+            for server in self.servers.of(action.handover):
                 if server.status == "SHUTOFF":
                     self.conn.compute.start_server(server)
             return Done()
         if isinstance(action, Acknowledge):
-            self._delete_servers(list(self._kept(action.handover)))
+            self.servers.delete(list(self.servers.kept(action.handover)))
             self._cleanup(action.handover, keep=False)
             return Done()
         if isinstance(action, Migrate):
@@ -186,7 +187,7 @@ class OpenStackBackend(Backend):
         response.raise_for_status()
         states: dict[str, HostState] = {}
         for service in response.json()["services"]:
-            states[str(service["host"])] = _service_state(service)
+            states[str(service["host"])] = service_state(service)
         return states
 
     def on_host_change(self, wake: Callable[[], None]) -> Callable[[], None] | None:
@@ -195,43 +196,9 @@ class OpenStackBackend(Backend):
         (the monitor then reads os-services, which stays the one source of truth)."""
         if not self.config.nova_transport_url:
             return None
-        with warnings.catch_warnings():
-            # oslo.messaging imports eventlet and oslo.utils' eventletutils, both deprecated
-            # (and unused with the threading executor); their import-time warnings are noise.
-            warnings.simplefilter("ignore")
-            import oslo_messaging
-            from oslo_config import cfg
-
-        class Endpoint:
-            filter_rule = oslo_messaging.NotificationFilter(event_type=r"^service\.update$")
-
-            def info(
-                self, ctxt: object, publisher: str, event: str, payload: Any, meta: Any
-            ) -> None:
-                data = payload.get("nova_object.data", {}) if isinstance(payload, dict) else {}
-                if data.get("binary", "nova-compute") == "nova-compute":
-                    LOG.info("nova: service.update of %s", data.get("host"))
-                    wake()
-
-        transport = oslo_messaging.get_notification_transport(
-            cfg.ConfigOpts(), url=self.config.nova_transport_url
+        return listen_to_services(
+            self.config.nova_transport_url, self.config.nova_notification_topic, wake
         )
-        listener = oslo_messaging.get_notification_listener(
-            transport,
-            # Nova publishes on its own exchange (its control_exchange), not "openstack".
-            [oslo_messaging.Target(exchange="nova", topic=self.config.nova_notification_topic)],
-            [Endpoint()],
-            executor="threading",
-            pool="climate",
-        )
-        listener.start()
-
-        def stop() -> None:
-            listener.stop()
-            listener.wait()
-            transport.cleanup()
-
-        return stop
 
     # -- enrolment ---------------------------------------------------------------------------
 
@@ -251,7 +218,7 @@ class OpenStackBackend(Backend):
             "hypervisor_type": hypervisor.get("hypervisor_type"),
             "hypervisor_version": hypervisor.get("hypervisor_version"),
         }
-        traits = self._placement_get(f"/resource_providers/{hypervisor['id']}/traits")
+        traits = self.placement.get(f"/resource_providers/{hypervisor['id']}/traits")
         properties = {
             trait: "true"
             for trait in (traits or {}).get("traits", [])
@@ -385,9 +352,9 @@ class OpenStackBackend(Backend):
         per_host = _slots(h)
         self._move_in(aggregate, sorted(per_host), leave_freepool=False)
         rc = resource_class(rid)
-        self._placement_put(f"/resource_classes/{rc}", None)
+        self.placement.put(f"/resource_classes/{rc}", None)
         for host, count in per_host.items():
-            self._set_inventory(host, rc, count)
+            self.placement.set_inventory(host, rc, count)
         return {} if group_id is None else {rid: {"server_group_id": group_id}}
 
     def _server_group(self, h: Handover) -> str | None:
@@ -428,7 +395,7 @@ class OpenStackBackend(Backend):
             return None
 
     def _end(self, h: Handover) -> None:
-        servers = list(self._servers_of(h))
+        servers = list(self.servers.of(h))
         policy = h.end_policy
         if policy is EndPolicy.SNAPSHOT:
             for server in servers:
@@ -439,14 +406,14 @@ class OpenStackBackend(Backend):
             for server in servers:
                 if server.status == "ACTIVE":
                     self.conn.compute.stop_server(server)
-            self._wait_for(servers, STOPPED)
+            self.servers.wait_for(servers, STOPPED)
         elif policy is EndPolicy.SUSPEND:
             for server in servers:
                 if server.status not in SHELVED:
                     self.conn.compute.shelve_server(server)
-            self._wait_for(servers, SHELVED)
+            self.servers.wait_for(servers, SHELVED)
         else:
-            self._delete_servers(servers)
+            self.servers.delete(servers)
         self._cleanup(h, keep=policy is EndPolicy.KEEP_UNTIL_ACK)
 
     def _cleanup(self, h: Handover, *, keep: bool = False) -> None:
@@ -472,8 +439,8 @@ class OpenStackBackend(Backend):
                         self.conn.compute.delete_server_group(group, ignore_missing=True)
                 rc = resource_class(rid)
                 for host in _slots(h):
-                    self._delete_inventory(host, rc)
-                self._placement_delete(f"/resource_classes/{rc}")
+                    self.placement.delete_inventory(host, rc)
+                self.placement.delete(f"/resource_classes/{rc}")
             aggregate = self._aggregate(rid)
             if aggregate is not None:
                 for host in list(aggregate.hosts or []):
@@ -481,57 +448,6 @@ class OpenStackBackend(Backend):
                 self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
         elif h.resource_type == HOSTS:
             self._dissolve(rid)
-
-    # -- servers -------------------------------------------------------------------------------
-
-    def _servers_of(self, h: Handover) -> Iterable[Any]:
-        """The servers running on the reservation's capacity: on its hosts (host reservation)
-        or of its flavor (instance reservation)."""
-        if h.resource_type == INSTANCES:
-            return [
-                s
-                for s in self.conn.compute.servers(all_projects=True)
-                if _flavor_id(s) == h.reservation_id
-            ]
-        hosts = set(h.hosts.values())
-        return [s for s in self.conn.compute.servers(all_projects=True) if s.compute_host in hosts]
-
-    def _kept(self, h: Handover) -> Iterable[Any]:
-        """What a keep-until-ack end kept: the project's stopped servers on the capacity."""
-        if h.resource_type == INSTANCES:
-            return self._servers_of(h)
-        return [s for s in self._servers_of(h) if s.project_id == h.project_id]
-
-    def _delete_servers(self, servers: list[Any]) -> None:
-        for server in servers:
-            self.conn.compute.delete_server(server, ignore_missing=True)
-        deadline = time.monotonic() + self.config.server_deletion_seconds
-        for server in servers:
-            while self._exists(server.id):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"server {server.id} was not deleted in time")
-                time.sleep(0.2)
-
-    def _wait_for(self, servers: list[Any], statuses: frozenset[str]) -> None:
-        """Until each server shows one of ``statuses`` (Nova's stop and shelve return before
-        they are done; the hosts must not go back to the freepool before)."""
-        deadline = time.monotonic() + self.config.server_deletion_seconds
-        for server in servers:
-            while (status := self.conn.compute.get_server(server.id).status) not in statuses:
-                if status == "ERROR" or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"server {server.id} is {status}, not {'/'.join(sorted(statuses))}"
-                    )
-                time.sleep(0.2)
-
-    def _exists(self, server_id: str) -> bool:
-        from openstack.exceptions import NotFoundException
-
-        try:
-            self.conn.compute.get_server(server_id)
-        except NotFoundException:
-            return False
-        return True
 
     def _migrate(self, move: Migration) -> None:
         """The reservation's servers on the old host live-migrated to the new one, its
@@ -542,10 +458,12 @@ class OpenStackBackend(Backend):
         servers = [
             s
             for s in self.conn.compute.servers(all_projects=True)
-            if s.compute_host == move.from_name and _flavor_id(s) == move.reservation_id
+            if s.compute_host == move.from_name and flavor_id(s) == move.reservation_id
         ]
-        if self._rc_exists(rc):
-            self._set_inventory(move.to_name, rc, self._total(move.to_name, rc) + move.count)
+        if self.placement.rc_exists(rc):
+            self.placement.set_inventory(
+                move.to_name, rc, self.placement.total(move.to_name, rc) + move.count
+            )
         for server in servers:
             self.conn.compute.live_migrate_server(server, host=move.to_name, block_migration="auto")
         deadline = time.monotonic() + self.config.server_deletion_seconds
@@ -557,148 +475,15 @@ class OpenStackBackend(Backend):
                 if now.status == "ERROR" or time.monotonic() > deadline:
                     raise RuntimeError(f"server {server.id} did not migrate to {move.to_name}")
                 time.sleep(0.2)
-        if self._rc_exists(rc):
-            left = self._total(move.from_name, rc) - move.count
+        if self.placement.rc_exists(rc):
+            left = self.placement.total(move.from_name, rc) - move.count
             if left > 0:
-                self._set_inventory(move.from_name, rc, left)
+                self.placement.set_inventory(move.from_name, rc, left)
             else:
-                self._delete_inventory(move.from_name, rc)
-
-    # -- Placement -----------------------------------------------------------------------------
-
-    def _placement_get(self, url: str) -> Any:
-        response = self.conn.placement.get(url, microversion=PLACEMENT_MICROVERSION)
-        if response.status_code == 404:
-            return None
-        response.raise_for_status()
-        return response.json()
-
-    def _placement_put(self, url: str, body: object) -> Any:
-        response = self.conn.placement.put(
-            url, json=body, microversion=PLACEMENT_MICROVERSION, raise_exc=False
-        )
-        if response.status_code >= 400:
-            raise RuntimeError(f"Placement PUT {url}: {response.status_code} {response.text}")
-        return response.json() if response.content else None
-
-    def _placement_delete(self, url: str) -> None:
-        response = self.conn.placement.delete(
-            url, microversion=PLACEMENT_MICROVERSION, raise_exc=False
-        )
-        if response.status_code >= 400 and response.status_code != 404:
-            raise RuntimeError(f"Placement DELETE {url}: {response.status_code} {response.text}")
-
-    def _provider(self, name: str) -> dict[str, Any] | None:
-        found = self._placement_get(f"/resource_providers?name={name}")
-        providers = (found or {}).get("resource_providers", [])
-        return dict(providers[0]) if providers else None
-
-    def _child(self, host: str) -> dict[str, Any]:
-        """The ``blazar_<host>`` provider under the compute's own one, made if missing."""
-        child = self._provider(f"blazar_{host}")
-        if child is not None:
-            return child
-        parent = self._provider(host)
-        if parent is None:
-            raise UnknownResource(f"Placement has no resource provider named {host!r}")
-        response = self.conn.placement.post(
-            "/resource_providers",
-            json={"name": f"blazar_{host}", "parent_provider_uuid": parent["uuid"]},
-            microversion=PLACEMENT_MICROVERSION,
-            raise_exc=False,
-        )
-        if response.status_code >= 400 and response.status_code != 409:
-            raise RuntimeError(f"Placement: {response.status_code} {response.text}")
-        made = self._provider(f"blazar_{host}")
-        if made is None:
-            raise RuntimeError(f"Placement did not make provider blazar_{host}")
-        return made
-
-    def _set_inventory(self, host: str, rc: str, total: int) -> None:
-        for _ in range(5):  # a concurrent writer bumps the generation: read it again
-            child = self._child(host)
-            base = f"/resource_providers/{child['uuid']}/inventories"
-            body: dict[str, Any] = {
-                "resource_provider_generation": child["generation"],
-                "total": total,
-            }
-            if self._placement_get(f"{base}/{rc}") is None:
-                response = self.conn.placement.post(
-                    base,
-                    json={**body, "resource_class": rc},
-                    microversion=PLACEMENT_MICROVERSION,
-                    raise_exc=False,
-                )
-            else:
-                response = self.conn.placement.put(
-                    f"{base}/{rc}", json=body, microversion=PLACEMENT_MICROVERSION, raise_exc=False
-                )
-            if response.status_code != 409:
-                break
-        if response.status_code >= 400:
-            raise RuntimeError(f"Placement inventory {rc} on {host}: {response.text}")
-
-    def _total(self, host: str, rc: str) -> int:
-        child = self._provider(f"blazar_{host}")
-        if child is None:
-            return 0
-        found = self._placement_get(f"/resource_providers/{child['uuid']}/inventories/{rc}")
-        return int(found["total"]) if found else 0
-
-    def _delete_inventory(self, host: str, rc: str) -> None:
-        """The reservation's inventory on ``host`` removed. Placement refuses (409) while
-        allocations use it: a deleted server's are released by its compute a moment after the
-        server is gone from the API, so a refusal is tried again for a while."""
-        child = self._provider(f"blazar_{host}")
-        if child is None:
-            return
-        url = f"/resource_providers/{child['uuid']}/inventories/{rc}"
-        deadline = time.monotonic() + self.config.server_deletion_seconds
-        while True:
-            response = self.conn.placement.delete(
-                url, microversion=PLACEMENT_MICROVERSION, raise_exc=False
-            )
-            if response.status_code < 400 or response.status_code == 404:
-                return
-            if response.status_code != 409 or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Placement DELETE {url}: {response.status_code} {response.text}"
-                )
-            time.sleep(0.2)
-
-    def _rc_exists(self, rc: str) -> bool:
-        return self._placement_get(f"/resource_classes/{rc}") is not None
+                self.placement.delete_inventory(move.from_name, rc)
 
 
 def _slots(h: Handover) -> dict[str, int]:
     """Host name -> instance slots of an instance reservation (ids ``<host id>:<n>``)."""
     counts = Counter(r.partition(":")[0] for r in h.resource_ids)
     return {h.hosts[host_id]: n for host_id, n in counts.items() if host_id in h.hosts}
-
-
-def _service_state(service: Mapping[str, Any]) -> HostState:
-    if service.get("forced_down"):
-        return HostState(False, "nova: forced down")
-    if service.get("status") == "disabled":
-        why = "".join(c for c in str(service.get("disabled_reason") or "") if c.isprintable())
-        return HostState(False, f"nova: disabled ({why[:200]})" if why else "nova: disabled")
-    if service.get("state") != "up":
-        return HostState(False, "nova: down")
-    return HostState(True)
-
-
-def _flavor_id(server: Any) -> str | None:
-    """The id of the server's flavor, or for a reservation flavor the reservation id.
-
-    From microversion 2.47 the flavor is embedded without its id; openstacksdk then answers its
-    ``original_name`` (``reservation:<id>`` for Blazar's flavors) as ``id``."""
-    flavor = server.flavor
-    if flavor is None:
-        return None
-    prefix = f"{RESERVATION_PREFIX}:"
-    for key in ("original_name", "id", "name"):
-        found = flavor.get(key) if isinstance(flavor, Mapping) else getattr(flavor, key, None)
-        if found and str(found).startswith(prefix):
-            return str(found)[len(prefix) :]
-    found = flavor.get("id") if isinstance(flavor, Mapping) else getattr(flavor, "id", None)
-    return str(found) if found else None

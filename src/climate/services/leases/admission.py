@@ -39,6 +39,7 @@ def book(
 
     :raises NotEnoughCapacity: the shape does not fit; the caller's transaction must roll back.
     """
+    # Hook: a check of the whole shape before anything is booked (usage rules) goes here.
     for reservation in reservations:
         ctx.resource_types[reservation.resource_type].admit(
             session, reservation, start, end, active=active, now=now
@@ -59,5 +60,6 @@ def attempt(
         with ctx.db.transaction(lock=lock, rollback=rollback) as session:
             written = write(session)
     except NotEnoughCapacity as refused:
+        # Hook: what a refused admission also does (recording refused demand) goes here.
         return Refused(str(refused))
     return Admitted(written)

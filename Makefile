@@ -1,19 +1,28 @@
-# One command to run the service, one to run every test. Both install what they need first.
+# One command to run the service, one to run every test. Both install what they need first:
+# `run` only the service's own dependencies, the others the test tools too (`install`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install run test lint bench screenshot clean
+.PHONY: install install-service run test lint bench screenshot clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+$(BIN)/.installed-service: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
+install-service: $(BIN)/.installed-service
+
 install: $(BIN)/.installed
 
-run: install
+run: install-service
 	$(BIN)/climate serve
 
 lint: install

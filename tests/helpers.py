@@ -5,9 +5,17 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from climate import wire
+from climate.domain.admission import AdmissionRefused
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseRequest, ReservationRequest
 from tests.conftest import ADMIN
+
+
+def refusal_body(error: BaseException) -> dict[str, Any]:
+    """What the API adds to the error body of ``error``, an explained refusal."""
+    assert isinstance(error, AdmissionRefused)
+    return wire.refused(error.refused)
 
 
 def add_hosts(hosts: HostService, count: int, **props: Any) -> list[int]:

@@ -51,6 +51,7 @@ from climate.services.items import ItemService
 from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
 from climate.services.volume_pools import VolumePoolService
 from tests.conftest import ADMIN, ALICE, BOB, T0, LiveServer
+from tests.helpers import refusal_body
 from tests.test_availability import (
     HOUR,
     MINUTE,
@@ -760,7 +761,7 @@ def test_a_refused_instance_lease_is_offered_later_fewer_and_shorter(
     with pytest.raises(NotEnoughCapacity) as caught:
         leases.create(ALICE, instance_lease("alice", 2, T0 + HOURS / 2, T0 + 2 * HOURS))
 
-    details = json.loads(json.dumps(caught.value.details))
+    details = json.loads(json.dumps(refusal_body(caught.value)))
     for secret in (bob.id, bob.name, bob.project_id, bob.reservations[0].id):
         assert secret not in json.dumps(details)
     [reason] = details["reason"]["reservations"]
@@ -811,7 +812,7 @@ def test_a_refused_lease_of_addresses_and_a_volume_is_offered_a_later_start_only
             ),
         )
 
-    details = json.loads(json.dumps(caught.value.details))
+    details = json.loads(json.dumps(refusal_body(caught.value)))
     rules = [(r["resource_type"], r["rule"]) for r in details["reason"]["reservations"]]
     assert rules == [("virtual:floatingip", "too_few_free"), ("virtual:volume", "too_few_free")]
     [offer] = details["offers"]  # no fewer: an amount of addresses or GB is not cut

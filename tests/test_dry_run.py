@@ -23,7 +23,7 @@ from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from tests.conftest import ADMIN, ALICE, BOB, T0, LiveServer
-from tests.helpers import add_hosts, host_request, hosts_of
+from tests.helpers import add_hosts, host_request, hosts_of, refusal_body
 
 HOUR = dt.timedelta(hours=1)
 MINUTE = dt.timedelta(minutes=1)
@@ -87,8 +87,7 @@ def test_a_refused_dry_run_explains_and_changes_nothing(
     with pytest.raises(NotEnoughCapacity) as refused:
         leases.create(ALICE, dry(host_request("alice", T0 + 2 * HOUR, T0 + 4 * HOUR, 1)))
 
-    assert refused.value.details is not None
-    [offer] = refused.value.details["offers"]
+    [offer] = refusal_body(refused.value)["offers"]
     assert offer["lease"]["start_date"] == "2030-01-01T15:00:00.000000"
     assert everything(ctx) == before
     assert calendar(ctx, ids) == cached

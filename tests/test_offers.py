@@ -38,7 +38,7 @@ from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService, ReservationRequest
 from tests.conftest import ADMIN, ALICE, BOB, T0, LiveServer
-from tests.helpers import add_hosts, host_request, hosts_of
+from tests.helpers import add_hosts, host_request, hosts_of, refusal_body
 from tests.test_availability import HOUR, MINUTE, PROPERTY_SETTINGS, World, queries, worlds
 from tests.test_availability import T0 as W0
 
@@ -183,8 +183,7 @@ GPU = '["==", "$gpu", "a100"]'
 def refused(leases: LeaseService, *args: Any, **kw: Any) -> dict[str, Any]:
     with pytest.raises(NotEnoughCapacity) as caught:
         leases.create(ALICE, host_request(*args, **kw))
-    assert caught.value.details is not None
-    details: dict[str, Any] = json.loads(json.dumps(caught.value.details))  # JSON-ready
+    details: dict[str, Any] = json.loads(json.dumps(refusal_body(caught.value)))  # JSON-ready
     return details
 
 
@@ -340,8 +339,7 @@ def test_a_refused_lease_gets_blazars_error_with_reason_and_offers_and_one_call_
 def refused_update(leases: LeaseService, lease_id: str, changes: LeaseChanges) -> dict[str, Any]:
     with pytest.raises(NotEnoughCapacity) as caught:
         leases.update(ALICE, lease_id, changes)
-    assert caught.value.details is not None
-    details: dict[str, Any] = json.loads(json.dumps(caught.value.details))
+    details: dict[str, Any] = json.loads(json.dumps(refusal_body(caught.value)))
     return details
 
 

@@ -34,7 +34,7 @@ from climate.services.leases import LeaseService, ReservationRequest
 from climate.services.series import Conflicts, SeriesRequest, SeriesService
 from tests.conftest import ALICE as ALICE_ACTOR
 from tests.conftest import T0, LiveServer
-from tests.helpers import add_hosts, host_request
+from tests.helpers import add_hosts, host_request, refusal_body
 from tests.test_cli import run, run_json
 
 ADMIN = {"X-Project-Id": "admin-project", "X-User-Id": "admin", "X-Roles": "admin"}
@@ -393,8 +393,7 @@ def test_occurrences_are_the_rules_expansion_and_a_refusal_writes_nothing(
                         service.create(
                             ALICE_ACTOR, dataclasses.replace(request, conflicts=conflicts)
                         )
-                    assert refused.value.details is not None
-                    listed = [c["occurrence"] for c in refused.value.details["conflicts"]]
+                    listed = [c["occurrence"] for c in refusal_body(refused.value)["conflicts"]]
                     assert listed == [wire(at) for at in sorted(blocked)]
                     assert counts(ctx) == before
                 if not fitting:

@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from climate.config import load_settings
+from climate.domain.flavors import Flavor, parse_flavors
 from climate.errors import InvalidInput
-from climate.services.templates import Flavor, parse_flavors, reservations_from_template
+from climate.services.templates import reservations_from_template
 from tests.conftest import LiveServer
 from tests.test_cli import run, run_json
 

@@ -15,9 +15,10 @@ from sqlalchemy import select
 from climate.config import Settings
 from climate.db.engine import Database
 from climate.db.tables import AuditLog, Lease, OutboxMessage
+from climate.domain.admission import AdmissionRefused, UpdateRefused
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseStatus, LeaseType
-from climate.errors import NotEnoughCapacity, UsageRuleBroken
+from climate.errors import UsageRuleBroken
 from climate.runtime import build_context
 from climate.services.availability import AvailabilityQuery, AvailabilityService
 from climate.services.context import ServiceContext
@@ -78,7 +79,7 @@ def test_max_length(
         "usage rule 'short' (max_length: a lease may last at most 2 hours)"
     )
     assert "this lease lasts 2 hours 1 minute; breaks the limit" in str(error)
-    assert error.details == {
+    assert {"rules": list(error.rules)} == {
         "rules": [
             {
                 "rule": "short",
@@ -146,8 +147,8 @@ def test_max_extension(
         leases.update(ALICE, lease.id, extend)
     else:
         error = refused(lambda: leases.update(ALICE, lease.id, extend))
-        assert error.details is not None and error.details["rules"][0]["figure"] == 3660
-        assert error.details["rules"][0]["limit"] == 3600
+        assert error.rules[0]["figure"] == 3660
+        assert error.rules[0]["limit"] == 3600
 
 
 # -- consumption rules -----------------------------------------------------------------------
@@ -198,10 +199,10 @@ def test_concurrent_per_user_and_per_project(
     window = (T0 + H, T0 + 2 * H)
     leases.create(ALICE, host_request("a", *window, 2))
     error = refused(lambda: leases.create(ALICE, host_request("a2", *window)))
-    assert error.details is not None and [r["rule"] for r in error.details["rules"]] == ["mine"]
+    assert [r["rule"] for r in error.rules] == ["mine"]
     leases.create(CAROL, host_request("c", *window))  # her own 1, the project's 3
     error = refused(lambda: leases.create(CAROL, host_request("c2", *window)))
-    assert [r["rule"] for r in error.details["rules"]] == ["ours"]  # type: ignore[index]
+    assert [r["rule"] for r in error.rules] == ["ours"]
     leases.create(BOB, host_request("b", *window, 2))  # another project
 
 
@@ -223,7 +224,7 @@ def test_rolling_budget(
     if extra == dt.timedelta(0):
         request = host_request("more", T0 + 5 * day, T0 + 5 * day + dt.timedelta(seconds=1))
         error = refused(lambda: leases.create(ALICE, request))
-        assert error.details is not None and error.details["rules"][0]["figure"] > 2
+        assert error.rules[0]["figure"] > 2
         return
     error = refused(lambda: leases.create(ALICE, request))
     assert "would use 2.00069 host-days in 10 days; breaks the limit" in str(error)
@@ -324,9 +325,9 @@ def test_dry_run_reports_the_broken_rules_and_records_nothing(
     leases = LeaseService(ctx)
     error = refused(lambda: leases.dry_run(ALICE, host_request("l", T0 + H, T0 + 3 * H, 2)))
     # The window alone breaks "short" before the hosts are chosen.
-    assert error.details is not None and [r["rule"] for r in error.details["rules"]] == ["short"]
+    assert [r["rule"] for r in error.rules] == ["short"]
     error = refused(lambda: leases.dry_run(ALICE, host_request("l", T0 + H, T0 + 2 * H, 2)))
-    assert [r["rule"] for r in error.details["rules"]] == ["mine"]  # type: ignore[index]
+    assert [r["rule"] for r in error.rules] == ["mine"]
     assert audit_rows(ctx, "usage.deny") == [] and audit_rows(ctx, "usage.allow") == []
 
 
@@ -408,11 +409,11 @@ def test_update_offers_never_break_a_rule(
     leases = LeaseService(ctx)
     mine = leases.create(ALICE, host_request("mine", T0 + H, T0 + 2 * H))
     leases.create(BOB, host_request("bob", T0 + 3 * H, T0 + 4 * H))
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(AdmissionRefused) as caught:
         leases.update(ALICE, mine.id, LeaseChanges(end=T0 + 5 * H))
-    details = getattr(caught.value, "details", None)
-    assert details is not None
-    kinds = [o["kind"] for o in details["offers"]]
+    found = caught.value.refused
+    assert isinstance(found, UpdateRefused)
+    kinds = [o.kind for o in found.offers]
     assert "later_start" not in kinds and "shorter" in kinds
 
 
@@ -471,10 +472,9 @@ def test_counter_offers_are_only_what_the_rules_allow(
         ctx = context(settings, db, clock, *rules)
         leases = LeaseService(ctx)
         bob = leases.create(BOB, host_request("bob", T0 + H, T0 + 3 * H))
-        with pytest.raises(NotEnoughCapacity) as caught:
+        with pytest.raises(AdmissionRefused) as caught:
             leases.create(ALICE, request)
-        assert caught.value.details is not None
-        assert [o["kind"] for o in caught.value.details["offers"]] == offered
+        assert [o.kind for o in caught.value.refused.refusal.offers] == offered
         leases.delete(BOB, bob.id)
 
 

@@ -12,9 +12,9 @@ import datetime as dt
 import pytest
 
 from climate.backends.standalone import StandaloneBackend
+from climate.db.wakeup import _when
 from climate.errors import NotEnoughCapacity
 from climate.manager.service import NOTHING_DUE, Manager
-from climate.manager.wakeup import _when
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService

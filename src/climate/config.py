@@ -19,8 +19,15 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from climate.addresses import (
+    redact,
+    sink_keys,
+    transport_url_problem,
+    validate_webhook_urls,
+    webhook_url_problem,
+)
+from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
-from climate.services.templates import parse_flavors
 
 if TYPE_CHECKING:
     from climate.fairshare.rules import Rule
@@ -240,8 +247,6 @@ class Settings(BaseSettings):
     @field_validator("webhooks")
     @classmethod
     def _webhook_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
-        from climate.notify.sinks import validate_webhook_urls  # climate.notify imports config
-
         try:
             validate_webhook_urls(urls)
         except InvalidInput as exc:
@@ -261,8 +266,6 @@ class Settings(BaseSettings):
     def _transport_url(cls, url: str) -> str:
         if not url:
             return url
-        from climate.notify.bus import redact, transport_url_problem
-
         problem = transport_url_problem(url)
         if problem is not None:
             raise ValueError(f"not an oslo.messaging transport URL: {redact(url)!r}: {problem}")
@@ -274,7 +277,6 @@ class Settings(BaseSettings):
         when there is a transport URL, and the external service's ``on-end`` endpoint (only
         told of ends: docs/fair-share.md)."""
         from climate.fairshare.external import endpoint
-        from climate.notify.bus import sink_keys
 
         bus = sink_keys(self.notification_topics) if self.notification_transport_url else ()
         on_end = endpoint(self, "on-end")
@@ -303,8 +305,6 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _external_url(cls, url: str) -> str:
-        from climate.notify.sinks import webhook_url_problem
-
         problem = webhook_url_problem(url) if url else None
         if problem is not None:
             raise ValueError(f"not an http(s) URL: {url!r}: {problem}")

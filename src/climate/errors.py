@@ -19,14 +19,13 @@ Every error knows its HTTP status and a name for the logs (Blazar's body repeats
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
 class ClimateError(Exception):
     status = 500
     name = "INTERNAL_SERVER_ERROR"
-    details: dict[str, Any] | None = None
-    """More fields for the error body, JSON-ready (a refusal's ``reason`` and ``offers``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -80,6 +79,11 @@ class UsageRuleBroken(NotEnoughCapacity):
 
     status = 403
     name = "USAGE_RULE_BROKEN"
+
+    def __init__(self, message: str, rules: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__(message)
+        self.rules = tuple(rules)
+        """Each rule broken (or the external service's decision), JSON-ready."""
 
 
 class ResourceInUse(Conflict):

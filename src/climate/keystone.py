@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from climate.config import Settings
 from climate.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from climate.config import Settings
 
 PASSWORD = frozenset({"password", "v3password"})
 APPLICATION_CREDENTIAL = frozenset({"applicationcredential", "v3applicationcredential"})

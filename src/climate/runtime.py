@@ -12,17 +12,17 @@ from climate import logs
 from climate.api.app import create_app
 from climate.backends import load_backend
 from climate.config import Settings, load_settings
+from climate.context import ServiceContext
 from climate.db import migrate
 from climate.db.engine import Database
+from climate.db.wakeup import WakeWatcher
 from climate.domain.clock import Clock, SystemClock
 from climate.errors import ClimateError
 from climate.manager.liveness import Heartbeat, SoleManager, start_liveness
 from climate.manager.monitor import HostMonitor
 from climate.manager.service import Manager
-from climate.manager.wakeup import WakeWatcher
 from climate.notify.delivery import Deliverer
 from climate.resources import load_resource_types
-from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 

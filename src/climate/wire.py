@@ -24,6 +24,8 @@ from climate.db.tables import (
     VolumeAllocation,
     VolumePool,
 )
+from climate.domain import formats
+from climate.domain.admission import SeriesRefused, UpdateRefused
 from climate.domain.status import EndPolicy
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
 from climate.resources.hosts import HOST_COLUMNS
@@ -31,18 +33,20 @@ from climate.resources.instances import enforcement
 from climate.resources.items import Kind
 
 if TYPE_CHECKING:
-    from climate.services.leases import LeaseChanges, LeaseRequest
-    from climate.services.offers import Offer, Refusal, UpdateOffer
-    from climate.services.series import Skipped
+    from climate.domain.admission import (
+        Explained,
+        LeaseRefused,
+        Offer,
+        Refusal,
+        Skipped,
+    )
+    from climate.domain.requests import LeaseChanges, LeaseRequest
 
-LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
 INSTANCE_TYPE = "virtual:instance"
 
-
-def lease_date(value: dt.datetime) -> str:
-    """Blazar's lease date: naive UTC with microseconds (the blazar CLI parses exactly this)."""
-    return value.astimezone(dt.UTC).strftime(LEASE_DATE_FORMAT)
+lease_date = formats.lease_date
+duration = formats.duration
 
 
 def stamp(value: dt.datetime | None) -> str | None:
@@ -95,18 +99,6 @@ def _requested_window(row: Lease) -> dict[str, Any] | None:
     }
 
 
-def duration(value: dt.timedelta) -> str:
-    """An ISO 8601 duration in days, hours, minutes and seconds (``P1DT2H``, ``PT10M``)."""
-    seconds = int(value.total_seconds())
-    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = "".join(f"{n}{unit}" for n, unit in ((hours, "H"), (minutes, "M"), (secs, "S")) if n)
-    text = (f"{days}D" if days else "") + (f"T{clock}" if clock else "")
-    return f"{sign}P{text or 'T0S'}"
-
-
 def series(row: LeaseSeries, leases: Sequence[Lease] | None = None) -> dict[str, Any]:
     """A lease series (docs/series.md); with its leases, each live occurrence and the
     instants of those cancelled."""
@@ -149,8 +141,8 @@ def skipped_occurrence(found: Skipped) -> dict[str, Any]:
     return {
         "occurrence": lease_date(found.occurrence),
         "end_date": lease_date(found.end),
-        "error_message": found.message,
-        **found.details,
+        "error_message": found.refused.message,
+        **lease_refusal(found.refused),
     }
 
 
@@ -309,27 +301,33 @@ def volume_pool(row: VolumePool) -> dict[str, Any]:
 BUSY_UNTIL_SHOWN = 10
 
 
-def refusal(
-    found: Refusal, request: LeaseRequest, params: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
-    """The ``reason`` and ``offers`` added to a refused lease's error body (docs/admission.md):
-    counts and times only, never another lease, project or resource identity."""
+def refused(found: Explained) -> dict[str, Any]:
+    """What an explained refusal adds to the 409's error body (docs/admission.md)."""
+    if isinstance(found, SeriesRefused):
+        return {"conflicts": [skipped_occurrence(s) for s in found.skipped]}
+    if isinstance(found, UpdateRefused):
+        return update_refusal(found)
+    return lease_refusal(found)
+
+
+def lease_refusal(found: LeaseRefused) -> dict[str, Any]:
+    """The ``reason`` and ``offers`` added to a refused lease's error body: counts and times
+    only, never another lease, project or resource identity."""
+    request, params = found.request, found.params
     return {
-        "reason": reason(found, [r.resource_type for r in request.reservations]),
-        "offers": [offer(o, found, request, params) for o in found.offers],
+        "reason": reason(found.refusal, [r.resource_type for r in request.reservations]),
+        "offers": [offer(o, found.refusal, request, params) for o in found.refusal.offers],
     }
 
 
-def update_refusal(
-    found: Refusal, resource_types: Sequence[str | None], made: Sequence[UpdateOffer]
-) -> dict[str, Any]:
+def update_refusal(found: UpdateRefused) -> dict[str, Any]:
     """The ``reason`` and ``offers`` added to a refused update's error body: each offer's
     ``lease`` is a body for ``PUT /v1/leases/{id}``."""
     return {
-        "reason": reason(found, resource_types),
+        "reason": reason(found.refusal, found.resource_types),
         "offers": [
             {"kind": m.kind, "below_request": m.below_request, "lease": changes_body(m.changes)}
-            for m in made
+            for m in found.offers
         ],
     }
 

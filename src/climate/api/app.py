@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from climate import __version__, metrics
+from climate import __version__, metrics, wire
 from climate.api import (
     audit,
     availability,
@@ -39,12 +39,13 @@ from climate.api.deps import Services
 from climate.api.observe import ObservedRequests
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
-from climate.errors import ClimateError, NotEnoughCapacity
+from climate.context import ServiceContext
+from climate.domain.admission import AdmissionRefused
+from climate.errors import ClimateError, NotEnoughCapacity, UsageRuleBroken
 from climate.fairshare.report import UsageService as RulesUsageService
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
-from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.health import HealthService
 from climate.services.hosts import HostService
@@ -162,9 +163,14 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     async def climate_error(_request: Request, exc: ClimateError) -> JSONResponse:
         if exc.status >= 500:
             LOG.error("%s: %s", exc.name, exc.message)
+        details: dict[str, Any] | None = None
+        if isinstance(exc, AdmissionRefused):
+            details = wire.refused(exc.refused)
+        elif isinstance(exc, UsageRuleBroken):
+            details = {"rules": list(exc.rules)}
         if isinstance(exc, NotEnoughCapacity):
-            metrics.refused(exc.details)
-        response = error_body(exc.status, exc.message, exc.details)
+            metrics.refused(details)
+        response = error_body(exc.status, exc.message, details)
         if exc.status == 401:
             response.headers.update(app.state.authenticate.challenge)
         return response

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from climate import inputs, wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object, parse_date
+from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.resources.instances import InstanceType
 from climate.resources.items import KINDS
@@ -24,7 +25,6 @@ from climate.services.availability import (
     OfferedReservation,
     TimelineQuery,
 )
-from climate.services.leases import ReservationRequest
 
 router = APIRouter(prefix="/v1/availability", tags=["availability"])
 

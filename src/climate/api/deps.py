@@ -10,11 +10,11 @@ from starlette.concurrency import run_in_threadpool
 
 from climate import inputs
 from climate.api.auth import Authenticator
+from climate.context import Page
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, PayloadTooLarge
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
-from climate.services.context import Page
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
 from climate.services.instances import InstanceAllocationService

@@ -24,6 +24,8 @@ from climate.api.schemas.power import PowerAnswer
 from climate.api.schemas.ui import TimelineAnswer
 from climate.api.schemas.usage import UsageResponse
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
+from climate.domain.lease_rules import MAX_REMINDERS
+from climate.domain.requests import Conflicts
 from climate.domain.status import (
     EndPolicy,
     EventStatus,
@@ -50,8 +52,7 @@ from climate.resources.items import (
 from climate.resources.volumes import VolumeType
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
 from climate.services.hosts import INT_COLUMNS, MAX_INT, TEXT_COLUMNS
-from climate.services.leases import MAX_REMINDERS
-from climate.services.series import MAX_OCCURRENCES, NAME_ROOM, Conflicts
+from climate.services.series import MAX_OCCURRENCES, NAME_ROOM
 
 JsonSchema = dict[str, Any]
 

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from climate import inputs
+from climate.domain.requests import Conflicts, ReservationRequest, SeriesRequest
 from climate.errors import InvalidInput
-from climate.services.leases import ReservationRequest
-from climate.services.series import Conflicts, SeriesRequest
 
 _FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f")
 # Dates are shifted by days around a window when planning; keep well clear of datetime.max.

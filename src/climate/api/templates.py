@@ -10,8 +10,9 @@ from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object
 from climate.api.schemas import validated
 from climate.api.schemas.leases import LeaseCreate
+from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
-from climate.services.templates import parse_flavors, reservations_from_template
+from climate.services.templates import reservations_from_template
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
 FIELDS = frozenset(

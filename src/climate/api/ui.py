@@ -15,7 +15,7 @@ from climate.api import ics
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
 from climate.api.schemas.ui import TimelineAnswer
-from climate.services.context import ServiceContext
+from climate.context import ServiceContext
 from climate.services.timeline import HOST_TYPE, TimelineService
 
 STATIC = Path(__file__).resolve().parent.parent / "ui" / "static"

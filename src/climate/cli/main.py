@@ -19,8 +19,8 @@ from climate.config import Settings, load_settings
 from climate.errors import ClimateError
 
 if TYPE_CHECKING:
+    from climate.context import ServiceContext
     from climate.runtime import Workers
-    from climate.services.context import ServiceContext
 
 # The server side (FastAPI, SQLAlchemy, Alembic) is imported by the commands that use it, so that
 # the HTTP client commands start in a fraction of the time.

@@ -78,8 +78,10 @@ class Database:
         return self.engine.dialect.name
 
     @contextlib.contextmanager
-    def transaction(self, *, lock: str | None = None) -> Iterator[Session]:
-        """One transaction; with ``lock``, serialised against every other holder of that lock.
+    def transaction(self, *, lock: str | None = None, rollback: bool = False) -> Iterator[Session]:
+        """One transaction; with ``lock``, serialised against every other holder of that lock;
+        with ``rollback``, rolled back at the end of the block instead of committed (a dry run:
+        the block's objects stay as built, nothing it wrote remains).
 
         The lock is taken first thing, which on SQLite makes the transaction a writer from its
         first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
@@ -89,7 +91,7 @@ class Database:
         ``session.info["on_rollback"]`` and ``session.info["on_commit"]``; they run once the
         outcome is known. Undoing runs before the rollback, while the lock is still held: once
         it is released another transaction of this process may read that state.
-        Callables in ``session.info["after_rollback"]`` run once a rolled-back transaction's
+        Callables in ``session.info["after_rollback"]`` run once a failed transaction's
         session is closed and its lock released: they may open transactions of their own.
         """
         later: list[Callable[[], None]] = []
@@ -106,9 +108,14 @@ class Database:
                         except BaseException:
                             _undo(session)
                             raise
+                        if rollback:
+                            _undo(session)
+                            session.rollback()
                 except BaseException:
                     _undo(session)  # the commit failed
                     raise
+                if rollback:
+                    return
                 for done in session.info.pop("on_commit", []):
                     done()
         except BaseException:

@@ -134,7 +134,7 @@ _SPAN_COLUMNS = (
 
 class ItemAllocations:
     """The allocations of one kind of item, as an in-memory calendar reads and writes them
-    (``resources.calendar_cache.AllocationStore``)."""
+    (``db.calendar_cache.AllocationStore``)."""
 
     def __init__(self, kind: str) -> None:
         self.name = f"items:{kind}"

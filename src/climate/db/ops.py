@@ -1,16 +1,18 @@
-"""What an operator's checks and metrics read: the database's pulse, the managers' heartbeats,
-the outbox backlog, lease counts and the times of events just run. Each one cheap: an indexed
-count or an aggregate, never a row per lease."""
+"""What an operator's checks and metrics read: the database's pulse, the managers' heartbeats
+(or the SQLite manager's lock file), the outbox backlog, lease counts and the times of events
+just run. Each one cheap: an indexed count or an aggregate, never a row per lease."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Collection
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from climate.db import outbox
+from climate.db.engine import Database
 from climate.db.leases import among
 from climate.db.tables import Event, Lease, ManagerProcess, OutboxMessage
 from climate.db.types import as_utc
@@ -55,3 +57,24 @@ def event_times(session: Session, event_ids: Collection[str]) -> dict[str, dt.da
         return {}
     rows = session.execute(select(Event.id, Event.time).where(among(session, Event.id, event_ids)))
     return {str(event_id): time for event_id, time in rows}
+
+
+def manager_lock_path(db: Database) -> str | None:
+    """The file a SQLite database's manager locks and touches; None for an in-memory one,
+    which is this process's alone."""
+    path = db.engine.url.database or ""
+    return None if not path or path == ":memory:" else f"{path}-manager"
+
+
+def last_heartbeat(db: Database) -> dt.datetime | None:
+    """When a manager of this database last showed it is alive (wall clock), if one ever did:
+    the newest heartbeat (PostgreSQL), or the SQLite manager's lock file last touched. A
+    stopped manager's last sign stays, and ages."""
+    if db.dialect != "sqlite":
+        with db.reader() as session:
+            return newest_heartbeat(session)
+    path = manager_lock_path(db)
+    try:
+        return None if path is None else dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
+    except FileNotFoundError:
+        return None

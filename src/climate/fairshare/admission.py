@@ -18,6 +18,8 @@ from typing import Any, cast
 from sqlalchemy.orm import Session
 
 from climate import wire
+from climate.addresses import BUS_PREFIX
+from climate.context import ServiceContext
 from climate.db import audit, outbox
 from climate.db import hosts as host_rows
 from climate.db import usage as usage_rows
@@ -37,10 +39,8 @@ from climate.fairshare.rules import (
     evaluate,
     reach,
 )
-from climate.notify import bus
 from climate.planner.query import MATCH_ALL
 from climate.resources.hosts import PhysicalHostType
-from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 COUNTED_TYPES = frozenset().union(*UNITS.values())
@@ -390,9 +390,7 @@ def host_facts(
 def refusal(broken: Sequence[Decision]) -> UsageRuleBroken:
     """The 403: the first broken rule in the message (and how many more), each in ``rules``."""
     more = f" (and {len(broken) - 1} more rule(s) broken)" if len(broken) > 1 else ""
-    error = UsageRuleBroken(broken[0].message + more)
-    error.details = {"rules": [d.body() for d in broken]}
-    return error
+    return UsageRuleBroken(broken[0].message + more, [d.body() for d in broken])
 
 
 def record_refusal(
@@ -413,7 +411,7 @@ def record_refusal(
             webhooks = [
                 s
                 for s in ctx.settings.notification_sinks
-                if not s.startswith(bus.BUS_PREFIX) and s != on_end
+                if not s.startswith(BUS_PREFIX) and s != on_end
             ]
             if webhooks:
                 payload = {
@@ -513,8 +511,7 @@ def _ask(
         if verdict.failed:
             _audit(session, now, actor, "usage.allow", _lease_values(lease), step, [decision])
         return
-    error = UsageRuleBroken(f"external admission service refused: {verdict.message}")
-    error.details = {"rules": [decision]}
+    error = UsageRuleBroken(f"external admission service refused: {verdict.message}", [decision])
     values = _lease_values(lease)
     _after_rollback(session, lambda: record_refusal(ctx, actor, values, step, [decision]))
     raise error

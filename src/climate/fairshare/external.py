@@ -9,12 +9,13 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import httpx
 
-from climate.config import Settings
+if TYPE_CHECKING:
+    from climate.config import Settings
 
 LOG = logging.getLogger(__name__)
 GENERIC_DENY = "External service enforcement filter denied the request."

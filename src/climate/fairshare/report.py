@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from climate.context import ServiceContext
 from climate.domain.actor import Actor
 from climate.errors import Forbidden
 from climate.fairshare import external
 from climate.fairshare.admission import needed_types, spans
 from climate.fairshare.rules import DAY, Kind, Rule, Span, held_over, peak
-from climate.services.context import ServiceContext
 
 LOOKAHEAD = 30 * DAY
 """How far ahead a concurrent rule's ``ahead`` figure looks."""

@@ -30,8 +30,9 @@ from climate.backends.base import (
     Start,
     Timeboxed,
 )
+from climate.context import ServiceContext
 from climate.db import audit
-from climate.db import leases as lease_rows
+from climate.db import events as event_rows
 from climate.db.tables import Event, Lease, Reservation
 from climate.domain.status import (
     LEASE_TRANSITIONS,
@@ -44,7 +45,6 @@ from climate.domain.status import (
 )
 from climate.notify import enqueue_lease, enqueue_leases
 from climate.services import backend_records
-from climate.services.context import ServiceContext
 from climate.services.power import PowerService
 
 LOG = logging.getLogger(__name__)
@@ -342,9 +342,9 @@ class EventHandlers:
             if step.reservation_status is not None and step.reservations:
                 reservations[step.reservation_status].extend(r.id for r in step.reservations)
         for status, ids in leases.items():
-            lease_rows.set_lease_status(session, ids, status, now)
+            event_rows.set_lease_status(session, ids, status, now)
         for status, ids in reservations.items():
-            lease_rows.set_reservation_status(session, ids, status, now)
+            event_rows.set_reservation_status(session, ids, status, now)
         # When the events' work finished (the batch commits a few ms later), for lag figures.
         finish(session, [s.event_id for s in done], self.ctx.clock.now())
         audit.record_many(

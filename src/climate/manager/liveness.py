@@ -10,7 +10,7 @@ seconds and a live one's never are.
   is a gone manager's, and ends them all at start-up. A heartbeat could not work there: the
   manager holds SQLite's write lock while it waits for the backend, so it could not write one.
   Its liveness for ``/readyz`` and the metrics is that file's modification time instead, touched
-  every ``manager_heartbeat_seconds`` by a thread of its own (``last_heartbeat``).
+  every ``manager_heartbeat_seconds`` by a thread of its own (``db.ops.last_heartbeat``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 from typing import IO
 
 from climate.config import Settings
-from climate.db import leases as lease_rows
+from climate.db import events as event_rows
 from climate.db import managers, ops
 from climate.db.engine import Database
 from climate.domain.clock import Clock
@@ -82,7 +82,7 @@ class SoleManager:
         self._file: IO[str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        path = _lock_path(db)
+        path = ops.manager_lock_path(db)
         if path is not None:
             self._file = _lock(path)
             self._thread = threading.Thread(
@@ -90,7 +90,7 @@ class SoleManager:
             )
             self._thread.start()
         with db.transaction() as session:
-            released = lease_rows.expire_claims(session, clock.now())
+            released = event_rows.expire_claims(session, clock.now())
         if released:
             LOG.warning(
                 "%d event(s) were claimed by a manager that is gone; running them again",
@@ -111,27 +111,6 @@ class SoleManager:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def _lock_path(db: Database) -> str | None:
-    """The file a SQLite database's manager locks and touches; None for an in-memory one,
-    which is this process's alone."""
-    path = db.engine.url.database or ""
-    return None if not path or path == ":memory:" else f"{path}-manager"
-
-
-def last_heartbeat(db: Database) -> dt.datetime | None:
-    """When a manager of this database last showed it is alive (wall clock), if one ever did:
-    the newest heartbeat (PostgreSQL), or the SQLite manager's lock file last touched. A
-    stopped manager's last sign stays, and ages."""
-    if db.dialect != "sqlite":
-        with db.reader() as session:
-            return ops.newest_heartbeat(session)
-    path = _lock_path(db)
-    try:
-        return None if path is None else dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
-    except FileNotFoundError:
-        return None
 
 
 def _lock(path: str) -> IO[str]:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from sqlalchemy import select
 
 from climate.backends.base import Timeboxed
+from climate.context import ServiceContext
 from climate.db import hosts as host_rows
 from climate.db.tables import Host
-from climate.services.context import ServiceContext
 from climate.services.healing import HealingService, HealReport
 
 LOG = logging.getLogger(__name__)

@@ -12,25 +12,21 @@ work is one call and whose writes are a few statements):
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import gc
-import itertools
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from functools import partial
 
-from sqlalchemy.orm import Session
-
 from climate import metrics
-from climate.backends.base import Backend, Outcome, Timeboxed
+from climate.backends.base import Backend, Timeboxed
+from climate.context import ServiceContext
+from climate.db import events as event_rows
 from climate.db import leases as lease_rows
 from climate.db import managers, ops
 from climate.db.leases import DueEvent
@@ -39,13 +35,12 @@ from climate.domain.clock import seconds_until
 from climate.domain.status import EventStatus, EventType, check_event_transition
 from climate.manager.handlers import (
     EventHandlers,
-    Finish,
     Statuses,
     Step,
     ends_early,
     mark_in_progress,
 )
-from climate.services.context import ServiceContext
+from climate.manager.rounds import Pass, gc_paused, run_rounds
 from climate.services.healing import HealingService
 from climate.services.leases import LeaseService
 from climate.services.power import PowerService
@@ -63,21 +58,6 @@ PLAN_LEASES = 5 * BATCH
 """At most this many leases are planned; the rest of an instant is claimed and run after."""
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection during a batch: a batch makes thousands of objects that
-    live until it ends, and the full collections they trigger scan every object of the process
-    (a large share of a batch's time). Collection resumes after it."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @dataclass
 class _Plan:
     """The events due at ``due`` with what each will do, worked out ahead of time.
@@ -93,23 +73,6 @@ class _Plan:
     events: list[DueEvent]
     steps: dict[str, Step | BaseException]
     leases: int
-
-
-@dataclass
-class _Pass:
-    """What running a batch did."""
-
-    kinds: Counter[str]
-    failures: list[tuple[str, str]]
-    """(event id, reason) of each failed event."""
-    unrun: list[str]
-    """Events not run because an earlier event of their lease failed or was lost."""
-    done: list[DueEvent] = field(default_factory=list)
-    """The events that succeeded."""
-
-    @property
-    def ran(self) -> int:
-        return sum(self.kinds.values())
 
 
 def _observe_lag(done: list[DueEvent], times: dict[str, dt.datetime], now: dt.datetime) -> None:
@@ -173,13 +136,13 @@ class Manager:
         plan = self._plan
         if plan is not None and plan.due <= self.ctx.clock.now():
             self._plan = None
-            with _gc_paused():
+            with gc_paused():
                 result = self._run_plan(plan)
             self._record_failures(result)
             self._freed = self._freed or bool(result.kinds[EventType.END_LEASE])
             done += result.ran
         while True:
-            with _gc_paused():
+            with gc_paused():
                 claimed = self._claim()
                 if not claimed:
                     return done
@@ -191,7 +154,7 @@ class Manager:
                 return done  # every claim was lost to another manager: nothing left for us
             # Loop: failures may have made events due again, or the batch was full.
 
-    def _record_failures(self, result: _Pass) -> None:
+    def _record_failures(self, result: Pass) -> None:
         for event_id, reason in result.failures:
             self._record_failure(event_id, reason)
 
@@ -201,16 +164,16 @@ class Manager:
         """Plan the next due instant (or now, if events are overdue): read the events due by
         then and their leases and decide what each event will do, writing nothing. Returns how
         many events are planned."""
-        with _gc_paused(), self.ctx.db.reader() as session:
-            due = lease_rows.next_due(session)
+        with gc_paused(), self.ctx.db.reader() as session:
+            due = event_rows.next_due(session)
             if due is None:
                 self._plan = None
                 return 0
             due = max(due, self.ctx.clock.now())  # behind: everything due by now
             # The version first: a change committed after it shows as a new version at ``due``.
             version = lease_rows.admission_version(session)
-            events = lease_rows.chains_due_by(session, due, PLAN_LEASES)
-            leases = lease_rows.leases_for_events(
+            events = event_rows.chains_due_by(session, due, PLAN_LEASES)
+            leases = event_rows.leases_for_events(
                 session, {e.lease_id for e in events}, with_events=self._with_events
             )
             # An early end releases through the resource type, which wants the lease in the
@@ -242,13 +205,13 @@ class Manager:
         self._plan = _Plan(due, version, events, steps, len(leases) - len(early))
         return len(events)
 
-    def _run_plan(self, plan: _Plan) -> _Pass:
+    def _run_plan(self, plan: _Plan) -> Pass:
         """Run a plan in one transaction, if it still holds; otherwise leave its events to the
         claimed path."""
         now = self.ctx.clock.now()
         until = now + dt.timedelta(seconds=self.ctx.settings.event_claim_seconds)
         ids = [e.id for e in plan.events]
-        result = _Pass(Counter(), [], [])
+        result = Pass(Counter(), [], [])
         if not ids:
             return result
         began = time.perf_counter()
@@ -256,11 +219,13 @@ class Manager:
             if lease_rows.admission_version(session) != plan.version:
                 LOG.info("plan for %s: leases changed since; claiming its events", plan.due)
                 return result
-            if lease_rows.take_waiting(session, ids, now) != len(ids):
+            if event_rows.take_waiting(session, ids, now) != len(ids):
                 LOG.info("plan for %s: events taken meanwhile; claiming them", plan.due)
                 return result
-            finish = partial(lease_rows.finish_events, taken_by=self.name, until=until)
-            result = self._run_rounds(session, plan.events, lambda e: plan.steps[e.id], finish, now)
+            finish = partial(event_rows.finish_events, taken_by=self.name, until=until)
+            result = run_rounds(
+                self.handlers, session, plan.events, lambda e: plan.steps[e.id], finish, now
+            )
             _observe_lag(result.done, dict.fromkeys((e.id for e in result.done), plan.due), now)
             # Failed events are claimed like any other, so that their failure is recorded.
             failed = [event_id for event_id, _ in result.failures]
@@ -277,7 +242,7 @@ class Manager:
         alive_since = managers.wall_now() - dt.timedelta(seconds=settings.manager_dead_seconds)
         with self.ctx.db.transaction() as session:
             due = lease_rows.due_events(session, now, BATCH, alive_since=alive_since)
-            gone = lease_rows.claim_holders(
+            gone = event_rows.claim_holders(
                 session, [e.id for e in due if e.status == EventStatus.IN_PROGRESS]
             )
             heads = {e.id for e in due if e.round == 0}
@@ -298,13 +263,13 @@ class Manager:
                 )
         return due
 
-    def _execute(self, due: list[DueEvent]) -> _Pass:
+    def _execute(self, due: list[DueEvent]) -> Pass:
         """Run claimed events in one transaction (those we still hold)."""
         began = time.perf_counter()
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
-            lost = lease_rows.lost_claims(session, [e.id for e in due], self.name)
-            leases = lease_rows.leases_for_events(
+            lost = event_rows.lost_claims(session, [e.id for e in due], self.name)
+            leases = event_rows.leases_for_events(
                 session, {e.lease_id for e in due}, with_events=self._with_events
             )
             statuses = Statuses()
@@ -323,10 +288,10 @@ class Manager:
                 except Exception as exc:
                     return exc
 
-            result = self._run_rounds(
-                session, due, decide, lease_rows.finish_events, now, lost, statuses
+            result = run_rounds(
+                self.handlers, session, due, decide, event_rows.finish_events, now, lost, statuses
             )
-            lease_rows.unclaim(session, result.unrun, self.name, now)
+            event_rows.unclaim(session, result.unrun, self.name, now)
             times = ops.event_times(session, [e.id for e in result.done])
         _observe_lag(result.done, times, now)
         self._log(result, len(leases), began, "claimed")
@@ -334,80 +299,7 @@ class Manager:
 
     # -- both --------------------------------------------------------------------------------
 
-    def _run_rounds(
-        self,
-        session: Session,
-        events: list[DueEvent],
-        step_of: Callable[[DueEvent], Step | BaseException],
-        finish: Finish,
-        now: dt.datetime,
-        lost: set[str] | None = None,
-        statuses: Statuses | None = None,
-    ) -> _Pass:
-        """Round by round (each lease's first event, then its next...), each round by segments
-        of one event type in run order. A lease's later events run only if its earlier ones in
-        this pass succeeded. ``step_of`` is asked just before a segment runs; ``statuses``, if
-        given, learns each step that succeeded (the next rounds decide on it)."""
-        lost = lost or set()
-        result = _Pass(Counter(), [], [])
-        blocked: set[str] = set()
-        rounds: dict[int, list[DueEvent]] = defaultdict(list)
-        for event in events:
-            rounds[event.round].append(event)
-        for number in sorted(rounds):
-            ready = []
-            for event in sorted(rounds[number], key=lambda e: e.rank):
-                if event.id in lost or event.lease_id in blocked:
-                    blocked.add(event.lease_id)
-                    if event.id not in lost:
-                        result.unrun.append(event.id)
-                    continue
-                ready.append(event)
-            for kind, group in itertools.groupby(ready, key=lambda e: e.event_type):
-                segment = list(group)
-                steps = [step_of(e) for e in segment]
-                outcomes = self._segment(session, EventType(kind), steps, now, finish)
-                for event, step, outcome in zip(segment, steps, outcomes, strict=True):
-                    result.kinds[event.event_type] += 1
-                    if outcome is None:
-                        result.done.append(event)
-                        if statuses is not None and isinstance(step, Step):
-                            statuses.record(step)
-                        continue
-                    LOG.error(
-                        "event %s (%s) of lease %s failed",
-                        event.id,
-                        event.event_type,
-                        event.lease_id,
-                        exc_info=outcome,
-                    )
-                    result.failures.append((event.id, f"{type(outcome).__name__}: {outcome}"))
-                    blocked.add(event.lease_id)
-        return result
-
-    def _segment(
-        self,
-        session: Session,
-        kind: EventType,
-        steps: list[Step | BaseException],
-        now: dt.datetime,
-        finish: Finish,
-    ) -> list[Outcome]:
-        try:
-            with session.begin_nested():
-                return self.handlers.apply(session, kind, steps, now, finish)
-        except Exception as exc:
-            if len(steps) == 1:
-                return [exc]
-            LOG.exception(
-                "%d %s events failed as a batch; applying them one at a time", len(steps), kind
-            )
-        outcomes: list[Outcome] = []
-        for step in steps:
-            outcomes.extend(self._segment(session, kind, [step], now, finish))
-        return outcomes
-
-    def _log(self, result: _Pass, leases: int, began: float, how: str) -> None:
+    def _log(self, result: Pass, leases: int, began: float, how: str) -> None:
         if not result.ran:
             return
         LOG.info(
@@ -515,7 +407,7 @@ class Manager:
         self._expecting = None  # while reading, every wake-up counts
         settings = self.ctx.settings
         with self.ctx.db.reader() as session:
-            due = lease_rows.next_due(session)
+            due = event_rows.next_due(session)
             queue_due, hunting = lease_rows.queue_timers(session)
             beat = managers.oldest_claimer_beat(session)
         if beat is not None:
@@ -565,7 +457,7 @@ class Manager:
     def _plan_current(self, plan: _Plan) -> bool:
         with self.ctx.db.reader() as session:
             return (
-                lease_rows.next_due(session) == plan.due
+                event_rows.next_due(session) == plan.due
                 and lease_rows.admission_version(session) == plan.version
             )
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from climate import wire
+from climate.addresses import BUS_PREFIX
 from climate.db import outbox
 from climate.db.tables import Lease
 from climate.domain.status import LeaseStatus
@@ -70,8 +71,8 @@ def enqueue_leases(
     if not sinks or not notices:
         return
     on_end = external.endpoint(settings, "on-end")
-    webhooks = [s for s in sinks if not s.startswith(bus.BUS_PREFIX) and s != on_end]
-    topics = [s for s in sinks if s.startswith(bus.BUS_PREFIX)]
+    webhooks = [s for s in sinks if not s.startswith(BUS_PREFIX) and s != on_end]
+    topics = [s for s in sinks if s.startswith(BUS_PREFIX)]
     sent_at = wire.stamp(now)
     for topic, lease, event_type in notices:
         if on_end and ended(topic, lease):

@@ -11,20 +11,17 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
-import warnings
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from climate import wire
+from climate.addresses import BUS_PREFIX, oslo_config, oslo_messaging, redact
 
 if TYPE_CHECKING:
     from climate.db.tables import Event, Lease, OutboxMessage, Reservation
 
-BUS_PREFIX = "bus:"
 PRIORITY = "INFO"
 Driver = Literal["messagingv2", "messaging"]
 
@@ -66,10 +63,6 @@ RESERVATION_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 """The keys Blazar's ``Reservation.to_dict`` adds for each of its resource types; a type Blazar
 does not have carries its request's parameters."""
-
-
-def sink_keys(topics: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(BUS_PREFIX + topic for topic in topics)
 
 
 def _date(value: dt.datetime | None) -> str | None:
@@ -157,57 +150,6 @@ def message(event_type: str, lease: Lease, publisher_id: str, now: dt.datetime) 
     }
 
 
-@cache
-def _oslo() -> Any:
-    """oslo.messaging, imported on first use (it pulls in eventlet, which warns on import)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import oslo_messaging
-    return oslo_messaging
-
-
-def _config() -> Any:
-    from oslo_config import cfg
-
-    conf = cfg.ConfigOpts()
-    conf([], project="climate", default_config_files=[], default_config_dirs=[])
-    return conf
-
-
-def redact(url: str) -> str:
-    """``url`` with its passwords replaced by ``***``, to show in errors and logs."""
-    parts = urlsplit(url)
-    hosts = []
-    for host in parts.netloc.split(","):
-        user, at, address = host.rpartition("@")
-        if at and ":" in user:
-            user = user.split(":", 1)[0] + ":***"
-        hosts.append(f"{user}{at}{address}")
-    return urlunsplit(parts._replace(netloc=",".join(hosts)))
-
-
-def transport_url_problem(url: str) -> str | None:
-    """Why oslo.messaging cannot use ``url`` as a transport, or None."""
-    from importlib.metadata import entry_points
-
-    if any(c.isspace() or not c.isprintable() for c in url):
-        return "it contains spaces or control characters"
-    oslo = _oslo()
-    try:
-        parsed = oslo.TransportURL.parse(_config(), url)
-    except (oslo.InvalidTransportURL, ValueError) as exc:
-        return str(exc)
-    drivers = sorted({e.name for e in entry_points(group="oslo.messaging.drivers")} - {"fake"})
-    if parsed.transport not in drivers:
-        return f"unknown transport {parsed.transport!r}; one of {', '.join(drivers)}"
-    if not parsed.hosts or not all(host.hostname for host in parsed.hosts):
-        return "it has no host"
-    for host in parsed.hosts:
-        if host.port is not None and not 0 < host.port < 65536:
-            return f"port {host.port} is out of range"
-    return None
-
-
 class Bus:
     """One oslo.messaging notification transport, shared by every topic's sink.
 
@@ -220,7 +162,7 @@ class Bus:
     def __init__(self, url: str, driver: Driver, timeout: float) -> None:
         # Imported here, in the thread that builds the deliverer: imported first in one of its
         # sink threads, eventlet's greenlet state for that thread keeps it from ever exiting.
-        self._oslo = _oslo()
+        self._oslo = oslo_messaging()
         self._url = url
         self._version = 2.0 if driver == "messagingv2" else 1.0
         self._timeout = timeout
@@ -233,7 +175,9 @@ class Bus:
     def _get_transport(self) -> Any:
         with self._lock:
             if self._transport is None:
-                self._transport = self._oslo.get_notification_transport(_config(), url=self._url)
+                self._transport = self._oslo.get_notification_transport(
+                    oslo_config(), url=self._url
+                )
             return self._transport
 
     def publish(self, topic: str, stored: Mapping[str, Any]) -> str | None:

@@ -17,13 +17,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import httpx
 
 from climate import metrics
+from climate.addresses import BUS_PREFIX
+from climate.context import ServiceContext
 from climate.db import outbox
 from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
 from climate.fairshare import external
-from climate.notify.bus import BUS_PREFIX, Bus, BusSink
+from climate.notify.bus import Bus, BusSink
 from climate.notify.sinks import Sink, WebhookSink
-from climate.services.context import ServiceContext
 
 LOG = logging.getLogger(__name__)
 SINK_BATCH = 10

@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from climate.errors import InvalidInput
+from climate.addresses import webhook_url_problem
 
 if TYPE_CHECKING:
     from climate.db.tables import OutboxMessage
@@ -38,35 +38,6 @@ class Sink(Protocol):
 def sign(secret: str, body: bytes) -> str:
     """``sha256=<hex>``: HMAC-SHA256 of the exact body bytes with the shared secret."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def webhook_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot receive webhooks, or None: it must be http or https with a host."""
-    if any(c.isspace() or not c.isprintable() for c in url):
-        return "it contains spaces or control characters"
-    try:
-        parsed = httpx.URL(url)
-        port = parsed.port
-    except httpx.InvalidURL as exc:
-        return str(exc)
-    if parsed.scheme not in ("http", "https"):
-        return "only http:// and https:// URLs can receive webhooks"
-    if not parsed.host:
-        return "it has no host"
-    if port is not None and not 0 < port < 65536:
-        return f"port {port} is out of range"
-    return None
-
-
-def validate_webhook_urls(urls: Iterable[str]) -> None:
-    """:raises InvalidInput: on the ``webhooks`` setting, naming every bad URL and why."""
-    problems = [
-        f"{url!r}: {problem}" for url in urls if (problem := webhook_url_problem(url)) is not None
-    ]
-    if problems:
-        raise InvalidInput(
-            "webhooks", "not a webhook URL (http[s]://host[:port]/path): " + "; ".join(problems)
-        )
 
 
 class WebhookSink:

@@ -39,6 +39,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from climate.planner.matching import can_match
+
 MAX_MOVES = 12
 """Units (one host of one reservation) that one admission may move."""
 BUDGET = 4_000
@@ -311,7 +313,7 @@ class _Search:
                         else:
                             busy.add(host)
             mine = [(self.demand_need[k], self.info[k].eligible) for k in self.demand_ids]
-            if not _can_match([(k, hosts - busy) for k, hosts in [*wants.values(), *mine]]):
+            if not can_match([(k, hosts - busy) for k, hosts in [*wants.values(), *mine]]):
                 return False
         return True
 
@@ -472,35 +474,3 @@ def _room_everywhere(
         if last_at_instant and room < demand.count:
             return False
     return True
-
-
-def _can_match(wants: Sequence[tuple[int, frozenset[int]]]) -> bool:
-    """Can each want (k, hosts) get k distinct hosts of its set, no host given twice?
-    Augmenting paths over units (Ford-Fulkerson with unit capacities)."""
-    if any(len(options) < k for k, options in wants):
-        return False
-    owner: dict[int, int] = {}  # host -> index of the want holding it
-    held: list[set[int]] = [set() for _ in wants]
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for host in wants[i][1]:
-            if host in seen or host in held[i]:
-                continue
-            seen.add(host)
-            j = owner.get(host)
-            if j is None or reroute(j, host, seen):
-                owner[host] = i
-                held[i].add(host)
-                return True
-        return False
-
-    def reroute(j: int, host: int, seen: set[int]) -> bool:
-        """Want j gives up ``host`` for another one."""
-        held[j].discard(host)
-        if augment(j, seen):
-            return True
-        held[j].add(host)
-        return False
-
-    units = [i for i, (k, _) in enumerate(wants) for _ in range(k)]
-    return all(augment(i, set()) for i in units)

@@ -14,6 +14,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.db import hosts as host_rows
 from climate.db import repacking
+from climate.db.calendar_cache import CalendarCache
 from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput, NotEnoughCapacity
@@ -35,7 +36,6 @@ from climate.resources.base import (
     policy_fields,
     reject_unknown,
 )
-from climate.resources.calendar_cache import CalendarCache
 
 HOST_COLUMNS = (
     "hypervisor_hostname",

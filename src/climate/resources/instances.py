@@ -23,6 +23,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from climate.config import Settings
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy
 from climate.errors import Conflict, InvalidInput
@@ -37,7 +38,6 @@ from climate.resources.base import (
     policy_fields,
     query_field,
 )
-from climate.resources.calendar_cache import CalendarCache
 from climate.resources.hosts import Inventory, flag_field
 
 FIELDS = (

@@ -22,6 +22,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from climate import inputs
 from climate.db import hosts as host_rows
 from climate.db import items as item_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.tables import Reservation
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
 from climate.planner.calendar import HostSet
@@ -37,7 +38,6 @@ from climate.resources.base import (
     query_field,
     text_field,
 )
-from climate.resources.calendar_cache import CalendarCache
 
 MAX_REMEMBERED_QUERIES = 1024
 MAX_SEGMENT_ID = 2**24 - 1

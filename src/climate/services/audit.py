@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import audit
 from climate.db.tables import AuditLog
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
-from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 
 class AuditService:

@@ -8,11 +8,14 @@ import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate.context import ServiceContext
+from climate.db.calendar_cache import HISTORY
 from climate.domain.actor import Actor
+from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.fairshare import admission as fairshare
 from climate.planner.availability import SearchRange, Window, earliest, timeline
@@ -22,22 +25,16 @@ from climate.planner.instances import Size
 from climate.planner.query import parse_query
 from climate.resources import pick
 from climate.resources.base import ResourceType
-from climate.resources.calendar_cache import HISTORY
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import ItemType
 from climate.resources.volumes import VolumeType
-from climate.services.context import ServiceContext
 from climate.services.placing import (
     instance_space,
     placers,
     searchable,
     storage_pools,
 )
-
-if TYPE_CHECKING:
-    # Not at run time: services.leases imports services.offers, which imports this module.
-    from climate.services.leases import ReservationRequest
 
 RULE = "climate:availability:get"
 NAMES_RULE = "blazar:oshosts:get"

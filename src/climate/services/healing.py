@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from climate import inputs
 from climate.backends.base import Replace, Timeboxed
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db.engine import ADMISSION_LOCK
@@ -33,7 +34,6 @@ from climate.notify import enqueue_lease
 from climate.planner.hosts import replacements
 from climate.resources.hosts import PhysicalHostType
 from climate.services import backend_records
-from climate.services.context import ServiceContext
 from climate.services.hosts import load_host, wake_queue
 
 LOG = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from typing import Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from climate.context import ServiceContext
 from climate.db import managers, ops
-from climate.manager.liveness import last_heartbeat
-from climate.services.context import ServiceContext
+from climate.db.ops import last_heartbeat
 
 LOG = logging.getLogger(__name__)
 

@@ -11,18 +11,18 @@ from sqlalchemy.orm import Session
 
 from climate import inputs
 from climate.backends.base import Enrol, Inspected, Timeboxed, UnknownResource, Withdraw
+from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
 from climate.errors import BackendError, Conflict, InvalidInput, NotFound
-from climate.resources.calendar_cache import CalendarCache
 from climate.resources.instances import RATIOS, parse_ratio
 from climate.services import inventory
-from climate.services.context import FIRST_PAGE, Page, ServiceContext
 from climate.services.inventory import MAX_INT as MAX_INT
 
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})

@@ -6,11 +6,11 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, NotFound
-from climate.services.context import FIRST_PAGE, Page, ServiceContext
 from climate.services.inventory import grouped, parse_id
 
 

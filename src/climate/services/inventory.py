@@ -9,13 +9,13 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
+from climate.context import Page
 from climate.db import audit as audit_rows
 from climate.db.tables import PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, ResourceInUse
 from climate.inputs import MAX_INT as MAX_INT
 from climate.inputs import free_text, name_text, shown
-from climate.services.context import Page
 
 READ_ONLY = frozenset({"id", "created_at", "updated_at"})
 _Found = TypeVar("_Found")

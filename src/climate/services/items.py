@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import hosts as host_rows
 from climate.db import items as item_rows
 from climate.db.engine import ADMISSION_LOCK
@@ -20,7 +21,6 @@ from climate.errors import Conflict, InvalidInput, NotFound
 from climate.resources.base import text_field
 from climate.resources.items import Kind
 from climate.services import inventory
-from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 RULES = {
     "device": "blazar:devices",

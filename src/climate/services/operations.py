@@ -8,6 +8,7 @@ import datetime as dt
 
 from sqlalchemy.orm import Session
 
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
@@ -24,7 +25,6 @@ from climate.domain.status import (
 )
 from climate.errors import Conflict, NotFound
 from climate.notify import enqueue_lease
-from climate.services.context import ServiceContext
 
 
 class OperatorService:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from climate.backends.base import Action, PowerOff, PowerOn, Result, Timeboxed
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import power as power_rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
 from climate.notify import enqueue_host
 from climate.planner.power import PowerPlan, hours_off, plan_power
-from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 
 LOG = logging.getLogger(__name__)

@@ -12,10 +12,12 @@ from typing import cast
 from sqlalchemy.orm import Session
 
 from climate.backends.base import Migrate, Migration, Timeboxed
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
 from climate.db import reclaim as reclaim_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Host, Lease, Reservation
 from climate.domain.status import LeaseStatus
@@ -31,11 +33,9 @@ from climate.planner.reclaim import (
     TargetUse,
     plan_reclaim,
 )
-from climate.resources.calendar_cache import CalendarCache
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.services import backend_records
-from climate.services.context import ServiceContext
 from climate.services.leases import LeaseService
 
 LOG = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from climate.backends.base import (
     StartManual,
     Timeboxed,
 )
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
@@ -28,7 +29,6 @@ from climate.errors import BackendError, Conflict, NotFound
 from climate.notify import enqueue_lease
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
 from climate.services import backend_records
-from climate.services.context import ServiceContext
 from climate.services.leases import LeaseService
 
 

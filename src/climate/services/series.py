@@ -4,25 +4,25 @@
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dateutil.rrule import rrulestr
 from sqlalchemy.orm import Session
 
-from climate import inputs, wire
+from climate import inputs
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import series as series_rows
 from climate.db.engine import ADMISSION_LOCK, retry_transient
 from climate.db.tables import NAME_LENGTH, Lease, LeaseSeries, new_id
 from climate.domain.actor import Actor
+from climate.domain.admission import AdmissionRefused, Refused, SeriesRefused, Skipped
+from climate.domain.formats import lease_date
+from climate.domain.requests import Conflicts, LeaseRequest, SeriesRequest
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
-from climate.services import offers
-from climate.services.context import ServiceContext
-from climate.services.leases import Checked, LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import Checked, LeaseService, offers
 
 MAX_OCCURRENCES = 100
 """The most occurrences a series may have (after its exdates)."""
@@ -37,40 +37,6 @@ _LONGEST_MONTH |= {11: 30, 12: 31}
 OCCURRENCE_SUFFIX = "-%Y%m%dT%H%M%SZ"
 """An occurrence's lease is named after its series and its instant."""
 NAME_ROOM = NAME_LENGTH - len(dt.datetime(2030, 1, 1, tzinfo=dt.UTC).strftime(OCCURRENCE_SUFFIX))
-
-
-class Conflicts(enum.StrEnum):
-    """What creating a series does when some occurrences do not fit."""
-
-    REJECT = "reject"
-    """Create nothing; the 409 lists every occurrence that does not fit."""
-    SKIP = "skip"
-    """Create those that fit; the answer lists the others."""
-
-
-@dataclass(frozen=True)
-class SeriesRequest:
-    name: str
-    start: dt.datetime
-    """The first occurrence's start (the rule's DTSTART); it must be an occurrence."""
-    duration: dt.timedelta
-    rrule: str
-    exdates: Sequence[dt.datetime] = ()
-    reservations: Sequence[ReservationRequest] = ()
-    before_end_offset: dt.timedelta | None = None
-    reminders: Sequence[dt.timedelta] | None = None
-    conflicts: Conflicts = Conflicts.REJECT
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """An occurrence that did not fit, with the refusal a single lease would get."""
-
-    occurrence: dt.datetime
-    end: dt.datetime
-    message: str
-    details: dict[str, Any]
-    """The refusal's ``reason`` and ``offers`` (docs/admission.md)."""
 
 
 @dataclass(frozen=True)
@@ -131,11 +97,8 @@ class SeriesService:
                 break
         skipped = [self._explain(checks[i], error) for i, error in sorted(refused.items())]
         if made is None:
-            rejected = NotEnoughCapacity(
-                f"{len(skipped)} of {len(checks)} occurrences do not fit; nothing was created"
-            )
-            rejected.details = {"conflicts": [wire.skipped_occurrence(s) for s in skipped]}
-            raise rejected
+            message = f"{len(skipped)} of {len(checks)} occurrences do not fit; nothing was created"
+            raise AdmissionRefused(SeriesRefused(message, tuple(skipped)))
         return SeriesView(series, made, skipped)
 
     @retry_transient
@@ -178,7 +141,7 @@ class SeriesService:
                     "name": series.name,
                     "rrule": series.rrule,
                     "leases": [lease.id for lease in made],
-                    "skipped": [wire.lease_date(checks[i].start) for i in sorted(refused)],
+                    "skipped": [lease_date(checks[i].start) for i in sorted(refused)],
                 },
             )
         return made
@@ -186,13 +149,10 @@ class SeriesService:
     def _explain(self, checked: Checked, error: NotEnoughCapacity) -> Skipped:
         request = checked.request
         assert request.occurrence is not None
-        refusal = offers.explain(self.ctx, request, checked.start, request.end, checked.params)
-        return Skipped(
-            request.occurrence,
-            request.end,
-            str(error),
-            wire.refusal(refusal, request, checked.params),
+        refused = offers.refuse(
+            self.ctx, Refused(str(error)), request, checked.start, checked.params
         )
+        return Skipped(request.occurrence, request.end, refused)
 
     def _row(self, actor: Actor, request: SeriesRequest, now: dt.datetime) -> LeaseSeries:
         return LeaseSeries(

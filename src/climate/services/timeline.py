@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from climate.context import ServiceContext
 from climate.db import timeline as rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
@@ -17,7 +18,6 @@ from climate.resources.items import KINDS
 from climate.resources.volumes import VolumeType
 from climate.services.availability import NAMES_RULE
 from climate.services.availability import RULE as AVAILABILITY_RULE
-from climate.services.context import ServiceContext
 
 LEASE_RULE = "blazar:leases:get"
 HOST_TYPE = PhysicalHostType.name

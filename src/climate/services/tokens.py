@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from climate import inputs
+from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import tokens as token_rows
 from climate.db.tables import NAME_LENGTH, ApiToken
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, NotFound
-from climate.services.context import ServiceContext
 
 PREFIX = "clm"
 CLI = "cli"

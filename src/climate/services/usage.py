@@ -17,12 +17,12 @@ from decimal import Decimal
 from typing import Literal
 
 from climate import pricing
+from climate.context import ServiceContext
 from climate.db import billing as usage_rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
 from climate.pricing import PriceTable
 from climate.resources.items import KINDS
-from climate.services.context import ServiceContext
 
 PERIODS = ("day", "month")
 _MICROSECONDS_PER_HOUR = 3_600_000_000

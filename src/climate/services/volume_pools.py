@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from climate import inputs
+from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import volumes as volume_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import VolumePool
@@ -18,7 +19,6 @@ from climate.errors import Conflict, InvalidInput, NotFound, ResourceInUse
 from climate.planner.capacity import peak
 from climate.resources.base import text_field
 from climate.services import inventory
-from climate.services.context import FIRST_PAGE, Page, ServiceContext
 
 RULES = "climate:volume_pools"
 FOREVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)

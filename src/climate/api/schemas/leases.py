@@ -23,9 +23,10 @@ from climate.api.schemas import (
     durations,
 )
 from climate.db.tables import NAME_LENGTH
+from climate.domain.lease_rules import MAX_REMINDERS
+from climate.domain.requests import LeaseChanges, LeaseRequest, ReservationRequest
 from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
-from climate.services.leases import MAX_REMINDERS, LeaseChanges, LeaseRequest, ReservationRequest
 
 FLEXIBLE_FIELDS = ("earliest_start", "latest_end", "duration")
 _ANY_CREATE = component("AnyReservationCreate")

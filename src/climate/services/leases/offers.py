@@ -1,8 +1,13 @@
 """What happens around admission: why a lease was refused and what would fit instead
-(counter-offers), flexible windows, and dry runs (docs/admission.md).
+(counter-offers), and flexible windows (docs/admission.md).
 
 Refusals are explained after the refused transaction has rolled back, from a reader session and
 the in-memory calendar, as the availability search reads it: no admission lock is held.
+
+The search is bounded: counter-offers look ``offer_search_days`` ahead at most (one vectorised
+pass over the calendars, at most three offers); a refused update tries each offer as the update
+it is, at most ``UPDATE_TRIALS`` dry-run updates in all (two offers, then a bisection over the
+possible ends), each one admission-locked transaction rolled back.
 """
 
 from __future__ import annotations
@@ -11,15 +16,31 @@ import contextlib
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from climate import wire
+from climate.context import ServiceContext
 from climate.db import leases as lease_rows
+from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
+from climate.domain.admission import (
+    AdmissionRefused,
+    LeaseRefused,
+    Offer,
+    Refusal,
+    Refused,
+    Reshape,
+    UpdateOffer,
+    UpdateRefused,
+)
+from climate.domain.requests import (
+    LeaseChanges,
+    LeaseRequest,
+    RequestedWindow,
+    ReservationRequest,
+)
 from climate.domain.status import ReservationStatus
 from climate.errors import InvalidInput, NotEnoughCapacity
 from climate.fairshare import admission as fairshare
@@ -27,21 +48,17 @@ from climate.planner.availability import (
     CounterOffer,
     Placer,
     SearchRange,
-    Shortfall,
     counter_offers,
     earliest,
 )
 from climate.planner.calendar import moment, seconds
 from climate.resources import pick
 from climate.resources.base import ResourceType
-from climate.resources.calendar_cache import CalendarCache
-from climate.services.context import ServiceContext
 from climate.services.placing import placers, searchable
 
 if TYPE_CHECKING:
     from climate.db.tables import Lease
     from climate.domain.actor import Actor
-    from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService
 
 OFFER_STEP = 60
 """Later starts are offered on whole minutes (what the blazar CLI can type)."""
@@ -49,52 +66,23 @@ SHORTEST_OFFER = 60.0
 """A shorter lease is offered only if it lasts at least this many seconds."""
 FLEXIBLE_ATTEMPTS = 3
 """A flexible lease whose chosen window is taken meanwhile is placed again this many times."""
+UPDATE_TRIALS = 24
+"""The most dry-run updates a refused update's offers cost: two offers, then the bisection for
+the latest end (22 halvings: four million possible ends)."""
 
 
-class DryRun(Exception):
-    """Raised at the end of a dry run's transaction: everything it wrote is rolled back."""
-
-
-@dataclass(frozen=True)
-class Offer:
-    kind: str
-    """``later_start``, ``fewer_hosts`` or ``shorter`` (``CounterOffer``)."""
-    start: dt.datetime
-    end: dt.datetime
-    counts: tuple[tuple[int, int], ...]
-    """(min, max) per reservation, in request order."""
-    below_request: bool
-
-
-@dataclass(frozen=True)
-class Refusal:
-    start: dt.datetime
-    end: dt.datetime
-    shortfalls: tuple[Shortfall, ...]
-    """For reservations whose type can be searched (every built-in type), in its units: hosts,
-    items, instances of its size, volume GB."""
-    unexplained: tuple[tuple[int, str], ...]
-    """(index, resource type) of the others."""
-    offers: tuple[Offer, ...]
-
-
-@contextlib.contextmanager
-def explaining(
+def refuse(
     ctx: ServiceContext,
+    refused: Refused,
     request: LeaseRequest,
     start: dt.datetime,
     params: Sequence[Mapping[str, Any]],
     actor: Actor | None = None,
-) -> Iterator[None]:
-    """Adds the reason and counter-offers to a ``NotEnoughCapacity`` raised inside (once the
-    transaction inside has rolled back); with ``actor``, only offers no usage rule forbids."""
-    try:
-        yield
-    except NotEnoughCapacity as refused:
-        if refused.details is None:
-            refusal = explain(ctx, request, start, request.end, params, actor)
-            refused.details = wire.refusal(refusal, request, params)
-        raise
+) -> LeaseRefused:
+    """``refused``, explained: why ``request`` does not fit from ``start``, and its offers; with
+    ``actor``, only offers no usage rule forbids."""
+    refusal = explain(ctx, request, start, request.end, params, actor)
+    return LeaseRefused(refused.message, refusal, request, tuple(params))
 
 
 def _offer_search(
@@ -189,18 +177,11 @@ def _counts(params: Mapping[str, Any]) -> tuple[int, int]:
     return amount, amount
 
 
-@dataclass(frozen=True)
-class RequestedWindow:
-    """What a flexible lease asked for: ``duration`` somewhere in [earliest_start, latest_end]
-    (kept on the lease it was placed in)."""
-
-    earliest_start: dt.datetime
-    latest_end: dt.datetime
-    duration: dt.timedelta
-
-
 def create_flexible(
-    service: LeaseService, actor: Actor, request: LeaseRequest, length: dt.timedelta
+    ctx: ServiceContext,
+    request: LeaseRequest,
+    length: dt.timedelta,
+    create: Callable[[LeaseRequest], Lease],
 ) -> Lease:
     """Create ``request`` at the earliest start in [request.start, request.end] where a lease of
     ``length`` fits, as the availability search finds it; if that window is taken
@@ -209,7 +190,6 @@ def create_flexible(
     :raises InvalidInput: a field is wrong (named in the message).
     :raises NotEnoughCapacity: no window fits, with the reason at the earliest start and offers.
     """
-    ctx = service.ctx
     now = ctx.clock.now()
     duration = math.ceil(length.total_seconds())
     if duration <= 0:
@@ -258,13 +238,12 @@ def create_flexible(
         ):
             found = earliest(found_placers, search, 1)
         if not found:
-            refused = NotEnoughCapacity(
+            message = (
                 f"no window of {duration} seconds fits between {start.isoformat()} and "
                 f"{request.end.isoformat()}"
             )
             refusal = explain(ctx, request, start, start + length, params)
-            refused.details = wire.refusal(refusal, request, params)
-            raise refused
+            raise AdmissionRefused(LeaseRefused(message, refusal, request, tuple(params)))
         window = found[0]
         return dataclasses.replace(
             request,
@@ -277,66 +256,34 @@ def create_flexible(
     for _ in range(FLEXIBLE_ATTEMPTS - 1):
         fixed = chosen()
         with contextlib.suppress(NotEnoughCapacity):  # another lease took it meanwhile
-            return service.create(actor, fixed)
-    return service.create(actor, chosen())
+            return create(fixed)
+    return create(chosen())
 
 
 # -- refused updates -------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Reshaped:
-    """One live reservation of a lease being changed, as the change would leave it."""
-
-    id: str
-    resource_type: str
-    params: Mapping[str, Any]
-    """Its validated parameters after the change."""
-    sent: Mapping[str, Any] | None
-    """The fields the change gave it; None: not changed."""
+WouldUpdate = Callable[[LeaseChanges], bool]
+"""Whether the lease's update would be admitted with these changes now (a dry run)."""
 
 
-@dataclass(frozen=True)
-class Reshape:
-    """The shape ``LeaseService.update`` tried to admit for a lease."""
-
-    lease_id: str
-    current_start: dt.datetime
-    current_end: dt.datetime
-    start: dt.datetime
-    end: dt.datetime
-    started: bool
-    reservations: tuple[Reshaped, ...]
-
-
-@dataclass(frozen=True)
-class UpdateOffer:
-    kind: str
-    """As ``Offer.kind``."""
-    below_request: bool
-    changes: LeaseChanges
-    """The update to send instead, checked to be admitted when it was made."""
-
-
-@contextlib.contextmanager
-def explaining_update(
-    service: LeaseService, actor: Actor, changes: LeaseChanges, asked: Sequence[Reshape]
-) -> Iterator[None]:
-    """Adds the reason and counter-offers to a ``NotEnoughCapacity`` raised inside by the
-    admission of the shape in ``asked`` (once the transaction inside has rolled back)."""
-    try:
-        yield
-    except NotEnoughCapacity as refused:
-        if refused.details is None and asked:
-            with fairshare.trial():
-                refusal, made = explain_update(service, actor, changes, asked[0])
-            kinds = [r.resource_type for r in asked[0].reservations]
-            refused.details = wire.update_refusal(refusal, kinds, made)
-        raise
+def refuse_update(
+    ctx: ServiceContext,
+    refused: Refused,
+    changes: LeaseChanges,
+    asked: Reshape,
+    would_update: WouldUpdate,
+) -> UpdateRefused:
+    """``refused``, explained: why the shape ``asked`` does not fit, and the updates that would
+    (tried as trials: usage rules judge them, nothing is recorded, the external service is not
+    asked)."""
+    with fairshare.trial():
+        refusal, made = explain_update(ctx, changes, asked, would_update)
+    kinds = tuple(r.resource_type for r in asked.reservations)
+    return UpdateRefused(refused.message, refusal, kinds, tuple(made))
 
 
 def explain_update(
-    service: LeaseService, actor: Actor, changes: LeaseChanges, asked: Reshape
+    ctx: ServiceContext, changes: LeaseChanges, asked: Reshape, would_update: WouldUpdate
 ) -> tuple[Refusal, list[UpdateOffer]]:
     """Why ``asked`` does not fit, and up to three updates that would be admitted instead: the
     earliest later start (a lease that has not started, within ``offer_search_days``), the most
@@ -344,9 +291,8 @@ def explain_update(
 
     The lease itself is being re-admitted, so its own allocations must not count as busy: the
     search runs in a transaction that releases them first, under the admission lock, and is
-    rolled back. Each offer is then tried as the update it is (``LeaseService.would_update``),
+    rolled back. Each offer is then tried as the update it is (``would_update``),
     which also holds a running lease to the resources it has; only those admitted are made."""
-    ctx = service.ctx
     now = ctx.clock.now()
     params = [r.params for r in asked.reservations]
     types = [ctx.resource_types[r.resource_type] for r in asked.reservations]
@@ -356,7 +302,8 @@ def explain_update(
     search, by_type = _offer_search(ctx, begin, finish, types, params)
     found: list[CounterOffer] = []
     ends: list[float] = []
-    with contextlib.suppress(DryRun), ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+    # Rolled back: gives the released allocations back.
+    with ctx.db.transaction(lock=ADMISSION_LOCK, rollback=True) as session:
         lease = lease_rows.get(session, asked.lease_id)
         for reservation in [] if lease is None else lease.reservations:
             if reservation.status not in (ReservationStatus.DELETED, ReservationStatus.ERROR):
@@ -374,7 +321,6 @@ def explain_update(
                     found_placers, search, begin, finish, SHORTEST_OFFER
                 )
                 ends = _possible_ends(found_placers, begin, finish)
-        raise DryRun  # gives the released allocations back
     asked_counts = tuple(_counts(p) for p in params)
     made: list[UpdateOffer] = []
     for o in found:
@@ -392,8 +338,8 @@ def explain_update(
                     o.kind, o.below_request, asked, changes, asked.start, asked.end, counts
                 )
             )
-    kept = [m for m in made if service.would_update(actor, asked.lease_id, m.changes)]
-    latest = _latest_end(service, actor, asked, changes, ends)
+    kept = [m for m in made if would_update(m.changes)]
+    latest = _latest_end(would_update, asked, changes, ends, UPDATE_TRIALS - len(made))
     if latest is not None:
         kept.append(latest)
     refusal = Refusal(begin_at, asked.end, tuple(shortfalls), unexplained, ())
@@ -417,16 +363,22 @@ def _possible_ends(placers: Sequence[Placer], begin: float, end: float) -> list[
 
 
 def _latest_end(
-    service: LeaseService, actor: Actor, asked: Reshape, changes: LeaseChanges, ends: list[float]
+    would_update: WouldUpdate,
+    asked: Reshape,
+    changes: LeaseChanges,
+    ends: list[float],
+    trials: int,
 ) -> UpdateOffer | None:
-    """The update ending at the latest of ``ends`` that is admitted, by bisection: a window
-    that fits still fits ending earlier. None if none is, or if it would change nothing."""
+    """The update ending at the latest of ``ends`` that is admitted, by bisection (at most
+    ``trials`` steps): a window that fits still fits ending earlier. None if none is, or if it
+    would change nothing."""
     best: UpdateOffer | None = None
     low, high = 0, len(ends) - 1
-    while low <= high:
+    while low <= high and trials > 0:
+        trials -= 1
         middle = (low + high) // 2
         offer = _update_offer("shorter", False, asked, changes, asked.start, moment(ends[middle]))
-        if service.would_update(actor, asked.lease_id, offer.changes):
+        if would_update(offer.changes):
             best, low = offer, middle + 1
         else:
             high = middle - 1
@@ -450,8 +402,6 @@ def _update_offer(
 ) -> UpdateOffer:
     """The update giving the lease [start, end) and ``counts`` (None: as asked), with the
     other fields of ``changes`` that still apply to that window."""
-    from climate.services.leases import ReservationRequest  # that module imports this one
-
     reservations = []
     for i, r in enumerate(asked.reservations):
         fields = dict(r.sent or {})

@@ -1,0 +1,112 @@
+"""What every service needs, built once at the entry point."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, object_session
+
+from climate.backends.base import Handover
+from climate.config import Settings
+from climate.db import leases as lease_rows
+from climate.db.engine import Database
+from climate.db.tables import Host, Lease, Reservation
+from climate.domain.clock import Clock
+from climate.errors import InvalidInput
+from climate.policy import Policy, load_policy
+from climate.resources.base import ResourceType, end_policy_of, start_policy_of
+
+
+def _nothing(_earliest: dt.datetime) -> None:
+    return None
+
+
+@dataclass
+class ServiceContext:
+    settings: Settings
+    db: Database
+    clock: Clock
+    resource_types: dict[str, ResourceType]
+    wake_manager: Callable[[dt.datetime], None] = field(default=_nothing)
+    """Called after a commit that added or moved events, with the earliest of them (an
+    in-process manager wakes at once if that is before what it is waiting for)."""
+    policy: Policy = field(init=False)
+    """The defaults with the operator's ``policy_file`` on top; a bad file fails here."""
+
+    def __post_init__(self) -> None:
+        self.policy = load_policy(self.settings.admin_role, self.settings.policy_file)
+        for resource_type in self.resource_types.values():
+            resource_type.configure(self.settings)
+
+    def handover(self, lease: Lease, reservation: Reservation, at: dt.datetime) -> Handover:
+        """What the backend needs to hand ``reservation``'s resources over or take them back."""
+        resource_type = self.resource_types[reservation.resource_type]
+        resource_ids = tuple(resource_type.resource_ids(reservation))
+        return Handover(
+            lease_id=lease.id,
+            reservation_id=reservation.id,
+            project_id=lease.project_id,
+            resource_type=reservation.resource_type,
+            resource_ids=resource_ids,
+            at=at,
+            start_policy=start_policy_of(reservation.params),
+            end_policy=end_policy_of(reservation.params),
+            hosts=_host_names(reservation, resource_ids),
+            params=dict(reservation.params),
+        )
+
+    def events_changed(self, session: Session, earliest: dt.datetime) -> None:
+        """Events now wait from ``earliest`` on: at commit, tell the managers of other processes
+        (NOTIFY) and of this one."""
+        lease_rows.signal_event_change(session, earliest)
+        session.info.setdefault("on_commit", []).append(lambda: self.wake_manager(earliest))
+
+
+HOST_BASED = frozenset({"physical:host", "virtual:instance"})
+"""Resource types whose resource ids start with a host id (``"<host>"``, ``"<host>:<slot>"``)."""
+
+
+def _host_names(reservation: Reservation, resource_ids: tuple[str, ...]) -> dict[str, str]:
+    """Host id -> service host name of the hosts ``resource_ids`` lie on (the session's
+    identity map serves hosts already loaded)."""
+    session = object_session(reservation)
+    if reservation.resource_type not in HOST_BASED or session is None:
+        return {}
+    names: dict[str, str] = {}
+    for host_id in {r.partition(":")[0] for r in resource_ids}:
+        host = session.get(Host, int(host_id))
+        if host is not None:
+            names[host_id] = host.service_name or host.hypervisor_hostname
+    return names
+
+
+@dataclass(frozen=True)
+class Page:
+    """Which slice of a list to return: at most ``limit`` items after the one with id
+    ``marker``, in ``sort_key`` order (``sort_dir`` "asc" or "desc"), ties broken by id."""
+
+    limit: int | None = None
+    marker: str | None = None
+    sort_key: str | None = None
+    sort_dir: str = "asc"
+
+    def size(self, cap: int) -> int:
+        """The page size: ``limit`` clamped to ``cap`` (the ``max_page_size`` setting)."""
+        return cap if self.limit is None else min(self.limit, cap)
+
+    def key(self, allowed: tuple[str, ...]) -> str:
+        """The sort key, the first of ``allowed`` by default.
+
+        :raises InvalidInput: a key not in ``allowed``.
+        """
+        if self.sort_key is None:
+            return allowed[0]
+        if self.sort_key not in allowed:
+            raise InvalidInput("sort_key", f"must be one of {', '.join(allowed)}")
+        return self.sort_key
+
+
+FIRST_PAGE = Page()
+"""The first ``max_page_size`` items in the default order."""

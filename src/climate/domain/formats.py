@@ -1,0 +1,24 @@
+"""How instants and durations are written: in messages, audit records and on the wire."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
+
+
+def lease_date(value: dt.datetime) -> str:
+    """Blazar's lease date: naive UTC with microseconds (the blazar CLI parses exactly this)."""
+    return value.astimezone(dt.UTC).strftime(LEASE_DATE_FORMAT)
+
+
+def duration(value: dt.timedelta) -> str:
+    """An ISO 8601 duration in days, hours, minutes and seconds (``P1DT2H``, ``PT10M``)."""
+    seconds = int(value.total_seconds())
+    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = "".join(f"{n}{unit}" for n, unit in ((hours, "H"), (minutes, "M"), (secs, "S")) if n)
+    text = (f"{days}D" if days else "") + (f"T{clock}" if clock else "")
+    return f"{sign}P{text or 'T0S'}"

@@ -1,0 +1,66 @@
+"""The one "admit this shape" pipeline: every new lease, changed lease and lease served from the
+queue books its reservations through ``book``, in a transaction run by ``attempt``.
+
+Two hooks have their place here and nowhere else:
+- checks of a shape before it is booked (usage rules): at the top of ``book``, raising
+  ``NotEnoughCapacity`` (or ``InvalidInput``) to refuse it;
+- what to do with a refused admission (recording refused demand): in ``attempt``, where the
+  refusal becomes a value, after its transaction has rolled back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from sqlalchemy.orm import Session
+
+from climate.context import ServiceContext
+from climate.db.tables import Reservation
+from climate.domain.admission import Admitted, Refused
+from climate.errors import NotEnoughCapacity, UsageRuleBroken
+
+T = TypeVar("T")
+
+
+def book(
+    ctx: ServiceContext,
+    session: Session,
+    reservations: Iterable[Reservation],
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    active: bool,
+    now: dt.datetime,
+) -> None:
+    """Book ``reservations`` over [start, end) in the caller's transaction, which holds the
+    admission lock; ``active``: the lease runs (its reservations keep what they hold).
+
+    :raises NotEnoughCapacity: the shape does not fit; the caller's transaction must roll back.
+    """
+    # Hook: a check of the whole shape before anything is booked (usage rules) goes here.
+    for reservation in reservations:
+        ctx.resource_types[reservation.resource_type].admit(
+            session, reservation, start, end, active=active, now=now
+        )
+
+
+def attempt(
+    ctx: ServiceContext,
+    write: Callable[[Session], T],
+    *,
+    lock: str | None = None,
+    rollback: bool = False,
+) -> Admitted[T] | Refused:
+    """Run ``write`` (which books through ``book``) in a transaction of its own, committed, or
+    rolled back with ``rollback`` (a dry run). A refusal comes back as a value once the
+    transaction has rolled back; any other error is raised."""
+    try:
+        with ctx.db.transaction(lock=lock, rollback=rollback) as session:
+            written = write(session)
+    except NotEnoughCapacity as refused:
+        # Hook: what a refused admission also does (recording refused demand) goes here.
+        broken = refused if isinstance(refused, UsageRuleBroken) else None
+        return Refused(str(refused), broken)
+    return Admitted(written)

@@ -396,7 +396,7 @@ def test_series_skips_the_occurrences_a_rule_refuses(
     )
     view = series.create(ALICE, request)
     assert len(view.leases) == 3  # 3 x 2 hours = 6 host-hours = 0.25 host-days
-    assert all("usage rule 'budget'" in s.message for s in view.skipped)
+    assert all("usage rule 'budget'" in s.refused.message for s in view.skipped)
 
 
 def test_update_offers_never_break_a_rule(

@@ -529,7 +529,7 @@ def test_cli_searches_and_charts(
         ]
     )
     # One host wanted, two free; equal fits go to the lower id.
-    window = f"| {wire_date(START + DAY)} | {wire_date(START + DAY + 2 * HOUR_DELTA)} |"
+    window = f"| {fmt(START + DAY)} | {fmt(START + DAY + 2 * HOUR_DELTA)} |"
     assert f"{window} 2    | g1    |" in capsys.readouterr().out
     main(
         [

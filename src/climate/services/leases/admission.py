@@ -1,11 +1,11 @@
 """The one "admit this shape" pipeline: every new lease, changed lease and lease served from the
 queue books its reservations through ``book``, in a transaction run by ``attempt``.
 
-Two hooks have their place here and nowhere else:
-- checks of a shape before it is booked (usage rules): at the top of ``book``, raising
-  ``NotEnoughCapacity`` (or ``InvalidInput``) to refuse it;
-- what to do with a refused admission (recording refused demand): in ``attempt``, where the
-  refusal becomes a value, after its transaction has rolled back.
+Checks of a whole shape that need no more than it would go at the top of ``book``. Usage rules
+need more (the actor, the step, the lease before a change): each use case judges its lease
+right after ``book`` (``fairshare.admit``); their refusal, a ``UsageRuleBroken``, comes back on
+the ``Refused`` value as it is. What to do with a refused admission (recording refused demand)
+goes in ``attempt``, where the refusal becomes a value, after its transaction has rolled back.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def book(
 
     :raises NotEnoughCapacity: the shape does not fit; the caller's transaction must roll back.
     """
-    # Hook: a check of the whole shape before anything is booked (usage rules) goes here.
+    # Hook: a check of the whole shape before anything is booked goes here.
     for reservation in reservations:
         ctx.resource_types[reservation.resource_type].admit(
             session, reservation, start, end, active=active, now=now

@@ -2,7 +2,8 @@
 
 The broker is the machine's (127.0.0.1:5672, guest/guest, or ``CLIMATE_TEST_AMQP``). Outages
 are made with a TCP proxy between Climate and the broker that the test stops and starts again;
-stopping the broker itself is left to CI (docs/notifications.md)."""
+the machine's broker is shared and never stopped (the rig's own broker is, in
+tests/openstack/test_bus_outage.py)."""
 
 from __future__ import annotations
 
@@ -68,9 +69,9 @@ class Queue:
     """A queue bound like an oslo.messaging notification consumer's (``<topic>.info`` on the
     ``openstack`` exchange), declared before anything is sent so nothing is missed."""
 
-    def __init__(self) -> None:
-        self.topic = f"climate_test_{uuid.uuid4().hex}"
-        self.connection = kombu.Connection(AMQP)
+    def __init__(self, amqp: str = AMQP, topic: str | None = None) -> None:
+        self.topic = topic or f"climate_test_{uuid.uuid4().hex}"
+        self.connection = kombu.Connection(amqp)
         exchange = kombu.Exchange("openstack", type="topic", durable=False)
         name = f"{self.topic}.info"
         self.queue = kombu.Queue(name, exchange, routing_key=name, durable=False)

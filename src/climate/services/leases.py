@@ -494,11 +494,13 @@ class LeaseService:
         old_end = lease.end_date
         lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
         lease.reminders = _stored(reminders)
-        self._retime_events(lease, held, now)
+        rearmed = self._retime_events(lease, held, now)
         self._place_reminders(session, lease, reminders, old_end, held, now)
         lease.updated_at = now
         session.flush()
         self._notify(session, "lease.update", lease, now)
+        if rearmed:
+            self._notify(session, "lease.before_end.stop", lease, now)
         after = _window(lease)
         changed = {
             k: [before.get(k), after.get(k)]
@@ -835,8 +837,9 @@ class LeaseService:
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> None:
-        """Move the ``held`` events to the lease's dates; add a new warning if it is due again."""
+    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> bool:
+        """Move the ``held`` events to the lease's dates; add a new warning if it is due again
+        (and say so: Blazar notifies ``lease.event.before_end_lease.stop`` then)."""
         wanted = {
             EventType.START_LEASE: lease.start_date,
             EventType.END_LEASE: lease.end_date,
@@ -863,6 +866,8 @@ class LeaseService:
             lease.events.append(
                 _event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now)
             )
+            return True
+        return False
 
     def _place_reminders(
         self,

@@ -347,8 +347,13 @@ class OpenStackBackend(Backend):
         reservation's aggregate (then out of the freepool), the failed one back into the
         freepool (then out of the aggregate), so neither is ever outside every aggregate."""
         h = action.handover
+        if h.resource_type == INSTANCES:
+            self._replace_instances(action)
+            return
         if h.resource_type != HOSTS:
-            raise ValueError(f"only host reservations are healed, not {h.resource_type}")
+            raise ValueError(
+                f"only host and instance reservations are healed, not {h.resource_type}"
+            )
         aggregate = self._aggregate(h.reservation_id)
         if aggregate is None:  # no start has made it yet: make it with the hosts held now
             self._start_hosts(h)
@@ -363,6 +368,43 @@ class OpenStackBackend(Backend):
             aggregate = self._aggregate(h.reservation_id)
             if old in (aggregate.hosts or []):
                 self.conn.compute.remove_host_from_aggregate(aggregate, old)
+
+    def _replace_instances(self, action: Replace) -> None:
+        """Instances of a running reservation moved off a failed host, as Blazar's
+        ``_pre_reallocate`` / ``_post_reallocate``: the new host into the reservation's
+        aggregate (it stays in the freepool) with the reservation's inventory on its
+        ``blazar_<host>`` provider sized to the slots it now holds; the failed host out of the
+        aggregate and its inventory removed (left, when the failed host's servers still hold
+        allocations on it: Placement refuses, and the aggregate no longer lets the flavor
+        schedule there)."""
+        h = action.handover
+        rid = h.reservation_id
+        aggregate = self._aggregate(rid)
+        if aggregate is None:  # no start has made it yet: nothing in Nova to change
+            return
+        rc = resource_class(rid)
+        per_host = _slots(h)
+        if action.new_host is not None:
+            new = h.hosts[action.new_host]
+            self._move_in(aggregate, [new], leave_freepool=False)
+            self._set_inventory(new, rc, per_host[new])
+        if action.old_host is not None:
+            old = h.hosts[action.old_host]
+            if old in per_host:
+                return
+            aggregate = self._aggregate(rid)
+            if old in (aggregate.hosts or []):
+                self.conn.compute.remove_host_from_aggregate(aggregate, old)
+            child = self._provider(f"blazar_{old}")
+            if child is not None:
+                url = f"/resource_providers/{child['uuid']}/inventories/{rc}"
+                response = self.conn.placement.delete(
+                    url, microversion=PLACEMENT_MICROVERSION, raise_exc=False
+                )
+                if response.status_code >= 400 and response.status_code not in (404, 409):
+                    raise RuntimeError(
+                        f"Placement DELETE {url}: {response.status_code} {response.text}"
+                    )
 
     def _start_instances(self, h: Handover) -> Mapping[str, Mapping[str, Any]]:
         rid = h.reservation_id
@@ -471,7 +513,7 @@ class OpenStackBackend(Backend):
                     if group.name == f"{RESERVATION_PREFIX}:{rid}":
                         self.conn.compute.delete_server_group(group, ignore_missing=True)
                 rc = resource_class(rid)
-                for host in _slots(h):
+                for host in sorted(set(_slots(h)) | self._holders(rc)):
                     self._delete_inventory(host, rc)
                 self._placement_delete(f"/resource_classes/{rc}")
             aggregate = self._aggregate(rid)
@@ -665,6 +707,16 @@ class OpenStackBackend(Backend):
                     f"Placement DELETE {url}: {response.status_code} {response.text}"
                 )
             time.sleep(0.2)
+
+    def _holders(self, rc: str) -> set[str]:
+        """Hosts whose ``blazar_<host>`` provider has room of ``rc`` left: those the
+        reservation holds, and any a heal left it on (a failed host's inventory, which its
+        servers' allocations kept Placement from deleting then)."""
+        if not self._rc_exists(rc):
+            return set()
+        found = self._placement_get(f"/resource_providers?resources={rc}:1")
+        names = (p["name"] for p in (found or {}).get("resource_providers", []))
+        return {n.removeprefix("blazar_") for n in names if n.startswith("blazar_")}
 
     def _rc_exists(self, rc: str) -> bool:
         return self._placement_get(f"/resource_classes/{rc}") is not None

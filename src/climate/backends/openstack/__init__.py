@@ -577,7 +577,8 @@ class OpenStackBackend(Backend):
 
     def _migrate(self, move: Migration) -> None:
         """The reservation's servers on the old host live-migrated to the new one, its
-        Placement inventory moved with them (added on the new host first)."""
+        Placement inventory and aggregate membership moved with them (the new host added
+        first: Nova's scheduler checks the flavor's aggregate and capacity on the target)."""
         if not move.from_name or not move.to_name:
             raise UnknownResource(f"migration of {move.reservation_id}: host name unknown")
         rc = resource_class(move.reservation_id)
@@ -586,8 +587,12 @@ class OpenStackBackend(Backend):
             for s in self.conn.compute.servers(all_projects=True)
             if s.compute_host == move.from_name and _flavor_id(s) == move.reservation_id
         ]
-        if self._rc_exists(rc):
+        reserved = self._rc_exists(rc)
+        if reserved:
             self._set_inventory(move.to_name, rc, self._total(move.to_name, rc) + move.count)
+        pool = self._aggregate(move.reservation_id)
+        if pool is not None:
+            self._move_in(pool, [move.to_name], leave_freepool=False)
         for server in servers:
             self.conn.compute.live_migrate_server(server, host=move.to_name, block_migration="auto")
         deadline = time.monotonic() + self.config.server_deletion_seconds
@@ -599,12 +604,15 @@ class OpenStackBackend(Backend):
                 if now.status == "ERROR" or time.monotonic() > deadline:
                     raise RuntimeError(f"server {server.id} did not migrate to {move.to_name}")
                 time.sleep(0.2)
-        if self._rc_exists(rc):
+        if reserved:
             left = self._total(move.from_name, rc) - move.count
             if left > 0:
                 self._set_inventory(move.from_name, rc, left)
-            else:
-                self._delete_inventory(move.from_name, rc)
+                return
+            self._delete_inventory(move.from_name, rc)
+        pool = self._aggregate(move.reservation_id)
+        if pool is not None and move.from_name in (pool.hosts or []):
+            self.conn.compute.remove_host_from_aggregate(pool, move.from_name)
 
     # -- Placement -----------------------------------------------------------------------------
 

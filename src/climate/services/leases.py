@@ -20,6 +20,7 @@ from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation, new_id
 from climate.domain.actor import Actor
 from climate.domain.status import (
     EVENT_ORDER,
+    LEASE_TRANSITIONS,
     LIFECYCLE_ORDER,
     EventStatus,
     EventType,
@@ -531,11 +532,14 @@ class LeaseService:
         """
         held = lease_rows.hold_waiting_events(session, lease_id)
         lease = self._load(session, actor, lease_id, "blazar:leases:delete")
-        self._notify(session, "lease.delete", lease, now)
+        started = _started(lease, held)
         _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
+        if LeaseStatus.DELETING in LEASE_TRANSITIONS[LeaseStatus(lease.status)]:
+            lease.status = LeaseStatus.DELETING  # as Blazar's delete_lease; its payload says so
+        self._notify(session, "lease.delete", lease, now)
         lease.deleted_at = now
         lease.updated_at = now
-        if not _started(lease, held):
+        if not started:
             for event in held:
                 session.delete(event)
             check_lease_transition(lease.status, LeaseStatus.TERMINATED)

@@ -24,11 +24,13 @@ that fails undoes what it did, so a retry or the final ERROR leaves nothing half
 from __future__ import annotations
 
 import logging
+import random
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self, TypeVar
 
 from climate.backends.base import (
     Acknowledge,
@@ -57,6 +59,8 @@ from climate.errors import InvalidInput
 from climate.keystone import log_in
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+CONFLICT_ATTEMPTS = 20
 
 HOSTS = "physical:host"
 INSTANCES = "virtual:instance"
@@ -138,12 +142,11 @@ class OpenStackBackend(Backend):
     def _one(self, action: Action) -> Done | Inspected:
         if isinstance(action, Start):
             made: dict[str, Mapping[str, Any]] = {}
-            for handover in action.handovers:
-                made.update(self._start(handover))
+            for params in self._each(self._start, action.handovers):
+                made.update(params)
             return Done(made)
         if isinstance(action, End):
-            for handover in action.handovers:
-                self._end(handover)
+            self._each(self._end, action.handovers)
             return Done()
         if isinstance(action, BeforeEnd):
             for handover, what in action.steps:
@@ -173,6 +176,22 @@ class OpenStackBackend(Backend):
             self._replace(action)
             return Done()
         return self._enrol(action)
+
+    def _each(self, work: Callable[[Handover], T], handovers: Sequence[Handover]) -> list[T]:
+        """``work`` on each handover, ``concurrency`` at a time (a lease's reservations have
+        nothing in common in Nova and Placement but the freepool, whose host moves are separate
+        calls); once all have finished, the first failure is raised (each start undid itself,
+        and the retry finds what the others made)."""
+        if len(handovers) <= 1 or self.config.concurrency == 1:
+            return [work(h) for h in handovers]
+        workers = min(self.config.concurrency, len(handovers))
+        with ThreadPoolExecutor(workers, thread_name_prefix="climate-openstack") as pool:
+            futures = [pool.submit(work, h) for h in handovers]
+        for future in futures:
+            failure = future.exception()
+            if failure is not None:
+                raise failure
+        return [f.result() for f in futures]
 
     # -- host health ---------------------------------------------------------------------------
 
@@ -290,7 +309,15 @@ class OpenStackBackend(Backend):
                 return aggregate
         if not create:
             return None
-        return self.conn.compute.create_aggregate(name=name, availability_zone=az)
+        from openstack.exceptions import ConflictException
+
+        try:
+            return self.conn.compute.create_aggregate(name=name, availability_zone=az)
+        except ConflictException:  # made meanwhile by a reservation started beside this one
+            made = self._aggregate(name)
+            if made is None:
+                raise
+            return made
 
     def _move_in(self, aggregate: Any, hosts: Iterable[str], *, leave_freepool: bool) -> None:
         """Each host into ``aggregate`` (first), then out of the freepool if it leaves it."""
@@ -665,7 +692,11 @@ class OpenStackBackend(Backend):
         return made
 
     def _set_inventory(self, host: str, rc: str, total: int) -> None:
-        for _ in range(5):  # a concurrent writer bumps the generation: read it again
+        for attempt in range(CONFLICT_ATTEMPTS):
+            # A concurrent writer (another reservation's start, nova-compute) bumped the
+            # provider's generation: read it again, after a short random pause.
+            if attempt:
+                time.sleep(random.uniform(0, 0.05 * attempt))
             child = self._child(host)
             base = f"/resource_providers/{child['uuid']}/inventories"
             body: dict[str, Any] = {

@@ -24,9 +24,9 @@ from climate.manager.monitor import HostMonitor
 from climate.manager.service import Manager
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import aggregate, boot
+from tests.openstack.conftest import aggregate, boot, lease_now
 
 HOUR = dt.timedelta(hours=1)
 SERVICES = "2.53"
@@ -80,19 +80,9 @@ def test_a_compute_forced_down_heals_its_lease_onto_a_spare(
     hosts = HostService(ctx, timeboxed)
     for name in ("compute1", "compute2"):
         hosts.create(ADMIN, name, {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     leases = LeaseService(ctx)
-    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
-    lease = leases.create(
-        actor,
-        LeaseRequest(
-            name="heals",
-            start=start,
-            end=start + HOUR,
-            reservations=[ReservationRequest("physical:host", fields)],
-        ),
-    )
+    lease = lease_now(ctx, clock, actor, name="heals")
+    start = lease.start_date
     (reservation,) = lease.reservations
     manager = Manager(ctx, backend)
     manager.run_due()
@@ -163,16 +153,8 @@ def test_nova_s_service_update_notification_heals_without_waiting_for_a_poll(
     hosts = HostService(ctx, timeboxed)
     for name in ("compute1", "compute2"):
         hosts.create(ADMIN, name, {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
-    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
-    request = LeaseRequest(
-        name="heard",
-        start=start,
-        end=start + HOUR,
-        reservations=[ReservationRequest("physical:host", fields)],
-    )
-    lease = LeaseService(ctx).create(actor, request)
+    lease = lease_now(ctx, clock, actor, name="heard")
+    start = lease.start_date
     (reservation,) = lease.reservations
     manager = Manager(ctx, backend)
     manager.run_due()
@@ -234,19 +216,10 @@ def test_a_compute_forced_down_heals_its_instance_reservation_onto_a_spare(
     hosts = HostService(ctx, timeboxed)
     for name in ("compute1", "compute2"):
         hosts.create(ADMIN, name, {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     leases = LeaseService(ctx)
     fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
-    lease = leases.create(
-        actor,
-        LeaseRequest(
-            name="heals-instances",
-            start=start,
-            end=start + HOUR,
-            reservations=[ReservationRequest("virtual:instance", fields)],
-        ),
-    )
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="heals-instances", **fields)
+    start = lease.start_date
     rid = lease.reservations[0].id
     rc = resource_class(rid)
     image = openstack_env["OSTEST_IMAGE_ID"]

@@ -21,7 +21,7 @@ from climate.manager.service import Manager
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN
-from tests.openstack.conftest import Member, aggregate, boot
+from tests.openstack.conftest import Member, aggregate, boot, lease_now
 from tests.openstack.test_nova_healing import _inventory
 
 HOUR = dt.timedelta(hours=1)
@@ -46,20 +46,13 @@ def test_a_best_effort_lease_reclaims_a_compute_by_live_migrating_a_real_server(
     bob, alice = members(), members()
     hosts = HostService(ctx, Timeboxed(backend, 60))
     leases = LeaseService(ctx)
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     # compute1 alone at first, so Bob's instance reservation lands there.
     hosts.create(ADMIN, "compute1", {"gpu": "a100"})
     fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
-    vm = leases.create(
-        bob.actor,
-        LeaseRequest(
-            name="bob-vm",
-            start=start,
-            end=start + 2 * HOUR,
-            reservations=[ReservationRequest("virtual:instance", fields)],
-        ),
+    vm = lease_now(
+        ctx, clock, bob.actor, "virtual:instance", name="bob-vm", length=2 * HOUR, **fields
     )
+    start = vm.start_date
     rid = vm.reservations[0].id
     manager = Manager(ctx, backend)
     try:

@@ -213,8 +213,8 @@ def run_openstack(rounds: int = 3) -> dict[str, Any]:
         pool = aggregate(conn, freepool)
         if pool is not None:
             for host in list(pool.hosts or []):
-                pool = conn.compute.remove_host_fromaggregate(pool, host)
-            conn.compute.deleteaggregate(pool)
+                pool = conn.compute.remove_host_from_aggregate(pool, host)
+            conn.compute.delete_aggregate(pool)
     return found
 
 

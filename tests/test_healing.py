@@ -24,7 +24,7 @@ from climate.backends.base import Action, Replace, Result
 from climate.backends.faulty import InjectedFault
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings, load_settings
-from climate.db.tables import Assignment, AuditLog, HostAllocation
+from climate.db.tables import Assignment, AuditLog, HostAllocation, InstanceAllocation
 from climate.domain.clock import ManualClock
 from climate.errors import Forbidden, InvalidInput, NotEnoughCapacity, NotFound
 from climate.manager.service import Manager
@@ -32,7 +32,7 @@ from climate.planner.hosts import HostsView, replacements
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseService
+from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN, ALICE, T0, serve
 from tests.helpers import add_hosts, host_request
 
@@ -360,3 +360,142 @@ def test_climate_host_down_and_up_by_name(sqlite_url: str) -> None:
         assert up.returncode == 0 and "up" in up.stdout
         missing = climate("host", "down", "nope")
         assert missing.returncode != 0 and "no host named 'nope'" in missing.stderr
+
+
+# -- instance reservations (Blazar's instance_plugin.heal_reservations) -------------------------
+
+
+def instance_allocations(ctx: ServiceContext, lease_id: str) -> list[tuple[int, int, dt.datetime]]:
+    """(host, count, end) of the lease's instance allocations."""
+    with ctx.db.reader() as session:
+        query = select(
+            InstanceAllocation.host_id, InstanceAllocation.count, InstanceAllocation.end_date
+        )
+        rows = session.execute(query.where(InstanceAllocation.lease_id == lease_id))
+        return sorted((h, c, e) for h, c, e in rows)
+
+
+def instance_lease(
+    ctx: ServiceContext, leases: LeaseService, amount: int, affinity: bool | None
+) -> str:
+    """A running lease of ``amount`` instances of 4 vCPUs, started at T0."""
+    fields = {"amount": amount, "vcpus": 4, "memory_mb": 4096, "disk_gb": 10}
+    lease = leases.create(
+        ALICE,
+        LeaseRequest(
+            name="instances",
+            start=None,
+            end=T0 + 4 * HOUR,
+            reservations=[ReservationRequest("virtual:instance", {**fields, "affinity": affinity})],
+        ),
+    )
+    Manager(ctx, StandaloneBackend()).run_due()
+    assert leases.get(ALICE, lease.id).status == "ACTIVE"
+    return lease.id
+
+
+def sized(hosts: HostService, count: int, vcpus: int = 8) -> list[int]:
+    size = {"vcpus": vcpus, "memory_mb": 8192, "local_gb": 100}
+    return [hosts.create(ADMIN, f"compute-{i}", dict(size)).id for i in range(count)]
+
+
+def test_a_host_down_moves_a_running_instance_reservation_to_a_host_with_room(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService, clock: ManualClock
+) -> None:
+    ids = sized(hosts, 3)
+    lease_id = instance_lease(ctx, leases, 2, affinity=True)
+    ((old, count, _),) = instance_allocations(ctx, lease_id)
+    assert count == 2
+    clock.advance(10 * MINUTE)
+    now = T0 + 10 * MINUTE
+    backend = Recording()
+    report = healing(ctx, backend).mark_down(ADMIN, str(old))
+    (step,) = report.healed
+    new = step.new_host
+    assert new in ids and new != old and step.old_host == old and step.handed_over
+    # Affinity: both instances together on the new host from now on; the past stays.
+    assert instance_allocations(ctx, lease_id) == sorted([(old, 2, now), (new, 2, T0 + 4 * HOUR)])
+    (action,) = backend.replaced
+    assert (action.old_host, action.new_host) == (str(old), str(new))
+    assert action.handover.resource_ids == (f"{new}:0", f"{new}:1")
+    assert set(action.handover.hosts) == {str(old), str(new)}
+    lease = leases.get(ALICE, lease_id)
+    reservation = lease.reservations[0]
+    assert not lease.degraded and reservation.resources_changed
+    assert not reservation.missing_resources
+    with ctx.db.reader() as session:
+        held = session.execute(
+            select(Assignment.resource_id, Assignment.released_at).where(
+                Assignment.lease_id == lease_id
+            )
+        ).all()
+    assert sorted(held) == sorted(
+        [(f"{old}:0", now), (f"{old}:1", now), (f"{new}:0", None), (f"{new}:1", None)]
+    )
+
+
+def test_anti_affinity_heals_onto_a_host_the_reservation_does_not_use_yet(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService, clock: ManualClock
+) -> None:
+    ids = sized(hosts, 3)
+    lease_id = instance_lease(ctx, leases, 2, affinity=False)
+    used = [h for h, _, _ in instance_allocations(ctx, lease_id)]
+    (spare,) = set(ids) - set(used)
+    clock.advance(MINUTE)
+    report = healing(ctx, Recording()).mark_down(ADMIN, str(used[0]))
+    assert [(s.old_host, s.new_host) for s in report.healed] == [(used[0], spare)]
+    live = {h for h, _, end in instance_allocations(ctx, lease_id) if end == T0 + 4 * HOUR}
+    assert live == {used[1], spare}
+
+
+def test_instances_without_room_elsewhere_degrade_the_lease_until_a_host_is_back(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService, clock: ManualClock
+) -> None:
+    (only,) = sized(hosts, 1)
+    lease_id = instance_lease(ctx, leases, 1, affinity=None)
+    clock.advance(MINUTE)
+    backend = Recording()
+    service = healing(ctx, backend)
+    report = service.mark_down(ADMIN, str(only))
+    assert [(s.old_host, s.new_host) for s in report.healed] == [(only, None)]
+    (action,) = backend.replaced
+    assert (action.old_host, action.new_host, action.handover.resource_ids) == (
+        str(only),
+        None,
+        (),
+    )
+    lease = leases.get(ALICE, lease_id)
+    assert lease.degraded and lease.reservations[0].missing_resources
+    assert lease.reservations[0].missing_hosts == ["compute-0"]
+    # A new host with room: the manager's pass places the instance there.
+    (fresh,) = [
+        hosts.create(ADMIN, "compute-9", {"vcpus": 8, "memory_mb": 8192, "local_gb": 99}).id
+    ]
+    assert service.heal_due()
+    lease = leases.get(ALICE, lease_id)
+    assert not lease.degraded and lease.reservations[0].missing_hosts is None
+    assert (fresh, 1, T0 + 4 * HOUR) in instance_allocations(ctx, lease_id)
+    assert backend.replaced[-1].new_host == str(fresh)
+
+
+def test_a_future_instance_reservation_moves_only_its_allocation(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService
+) -> None:
+    sized(hosts, 2)
+    fields = {"amount": 1, "vcpus": 4, "memory_mb": 4096, "disk_gb": 10}
+    lease = leases.create(
+        ALICE,
+        LeaseRequest(
+            name="soon",
+            start=T0 + 30 * MINUTE,
+            end=T0 + 2 * HOUR,
+            reservations=[ReservationRequest("virtual:instance", fields)],
+        ),
+    )
+    ((old, _, _),) = instance_allocations(ctx, lease.id)
+    backend = Recording()
+    report = healing(ctx, backend).mark_down(ADMIN, str(old))
+    assert [(s.old_host, s.handed_over) for s in report.healed] == [(old, False)]
+    assert backend.replaced == []
+    ((new, count, end),) = instance_allocations(ctx, lease.id)
+    assert new != old and (count, end) == (1, T0 + 2 * HOUR)

@@ -20,6 +20,7 @@ from climate.db.tables import NAME_LENGTH, Event, Lease, Reservation, new_id
 from climate.domain.actor import Actor
 from climate.domain.status import (
     EVENT_ORDER,
+    LEASE_TRANSITIONS,
     LIFECYCLE_ORDER,
     EventStatus,
     EventType,
@@ -497,13 +498,15 @@ class LeaseService:
         old_end = lease.end_date
         lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
         lease.reminders = _stored(reminders)
-        self._retime_events(lease, held, now)
+        rearmed = self._retime_events(lease, held, now)
         self._place_reminders(session, lease, reminders, old_end, held, now)
         lease.updated_at = now
         session.flush()
         if reshaped or edits:
             fairshare.admit(self.ctx, session, actor, lease, now, "update", before=before)
         self._notify(session, "lease.update", lease, now)
+        if rearmed:
+            self._notify(session, "lease.before_end.stop", lease, now)
         after = _window(lease)
         changed = {
             k: [before.get(k), after.get(k)]
@@ -534,11 +537,14 @@ class LeaseService:
         """
         held = lease_rows.hold_waiting_events(session, lease_id)
         lease = self._load(session, actor, lease_id, "blazar:leases:delete")
-        self._notify(session, "lease.delete", lease, now)
+        started = _started(lease, held)
         _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
+        if LeaseStatus.DELETING in LEASE_TRANSITIONS[LeaseStatus(lease.status)]:
+            lease.status = LeaseStatus.DELETING  # as Blazar's delete_lease; its payload says so
+        self._notify(session, "lease.delete", lease, now)
         lease.deleted_at = now
         lease.updated_at = now
-        if not _started(lease, held):
+        if not started:
             for event in held:
                 session.delete(event)
             check_lease_transition(lease.status, LeaseStatus.TERMINATED)
@@ -846,8 +852,9 @@ class LeaseService:
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> None:
-        """Move the ``held`` events to the lease's dates; add a new warning if it is due again."""
+    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> bool:
+        """Move the ``held`` events to the lease's dates; add a new warning if it is due again
+        (and say so: Blazar notifies ``lease.event.before_end_lease.stop`` then)."""
         wanted = {
             EventType.START_LEASE: lease.start_date,
             EventType.END_LEASE: lease.end_date,
@@ -874,6 +881,8 @@ class LeaseService:
             lease.events.append(
                 _event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now)
             )
+            return True
+        return False
 
     def _place_reminders(
         self,

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from climate.cli.main import main
+from climate.cli.output import show_date
 from climate.config import Settings
 from climate.db.engine import Database
 from climate.planner.availability import (
@@ -529,7 +530,8 @@ def test_cli_searches_and_charts(
         ]
     )
     # One host wanted, two free; equal fits go to the lower id.
-    window = f"| {wire_date(START + DAY)} | {wire_date(START + DAY + 2 * HOUR_DELTA)} |"
+    begin, end = (show_date(wire_date(START + DAY + h * HOUR_DELTA)) for h in (0, 2))
+    window = f"| {begin} | {end} |"
     assert f"{window} 2    | g1    |" in capsys.readouterr().out
     main(
         [

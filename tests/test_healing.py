@@ -359,7 +359,7 @@ def test_climate_host_down_and_up_by_name(sqlite_url: str) -> None:
         up = climate("host", "up", "c1")
         assert up.returncode == 0 and "up" in up.stdout
         missing = climate("host", "down", "nope")
-        assert missing.returncode != 0 and "no host named 'nope'" in missing.stderr
+        assert missing.returncode != 0 and "no host with the id or name 'nope'" in missing.stderr
 
 
 # -- instance reservations (Blazar's instance_plugin.heal_reservations) -------------------------

@@ -539,8 +539,11 @@ class LeaseService:
         lease = self._load(session, actor, lease_id, "blazar:leases:delete")
         started = _started(lease, held)
         _audit(session, now, actor, "lease.delete", lease, {"status": lease.status})
-        if LeaseStatus.DELETING in LEASE_TRANSITIONS[LeaseStatus(lease.status)]:
-            lease.status = LeaseStatus.DELETING  # as Blazar's delete_lease; its payload says so
+        # As Blazar's delete_lease (its payload says so); but a start a manager has claimed runs
+        # first, and the end moved to now then takes the resources back.
+        starting = started and lease.status in (LeaseStatus.PENDING, LeaseStatus.STARTING)
+        if not starting and LeaseStatus.DELETING in LEASE_TRANSITIONS[LeaseStatus(lease.status)]:
+            lease.status = LeaseStatus.DELETING
         self._notify(session, "lease.delete", lease, now)
         lease.deleted_at = now
         lease.updated_at = now

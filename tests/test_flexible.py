@@ -272,4 +272,4 @@ def test_the_cli_creates_flexible_leases_dry_runs_and_prints_offers(
 
     message = str(refused.value)
     assert message.startswith("error (409): not enough hosts")
-    assert f"later_start: --start '{wire_date(START + 2 * HOUR)}'" in message
+    assert f"later_start: --start '{fmt(START + 2 * HOUR)}'" in message

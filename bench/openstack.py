@@ -31,6 +31,7 @@ import httpx
 from bench.server import climate_server
 from bench.stats import table
 from bench.targets import Target
+from climate.backends.openstack import resource_class
 
 HOSTS = ("compute1", "compute2", "compute3")
 INSTANCES = 20
@@ -47,7 +48,9 @@ def rig_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
-def _connect(env: dict[str, str]) -> Any:
+def admin_connection(env: dict[str, str]) -> Any:
+    """openstacksdk as the rig's admin: credentials as one ``auth`` dict, and neither
+    clouds.yaml nor ``OS_*`` variables read (the SDK would mix the rig's admin into them)."""
     import openstack
 
     return openstack.connect(
@@ -65,8 +68,10 @@ def _connect(env: dict[str, str]) -> Any:
     )
 
 
-def _aggregate(conn: Any, name: str) -> Any:
-    return next((a for a in conn.compute.aggregates() if a.name == name), None)
+def aggregate(cloud: Any, name: str) -> Any:
+    """The aggregate called ``name`` (``cloud``: a connection or its compute proxy), or None."""
+    compute = getattr(cloud, "compute", cloud)
+    return next((a for a in compute.aggregates() if a.name == name), None)
 
 
 def _until(check: Callable[[], bool], seconds: float = 120) -> float:
@@ -76,10 +81,6 @@ def _until(check: Callable[[], bool], seconds: float = 120) -> float:
             raise TimeoutError(f"not within {seconds} s")
         time.sleep(POLL)
     return time.perf_counter() - began
-
-
-def _rc(reservation_id: str) -> str:
-    return "CUSTOM_RESERVATION_" + reservation_id.upper().replace("-", "_")
 
 
 def _inventories(conn: Any) -> set[str]:
@@ -124,7 +125,7 @@ def _hosts_round(http: httpx.Client, conn: Any, freepool: str, r: int) -> dict[s
     rid = lease["reservations"][0]["id"]
 
     def moved() -> bool:
-        return set(getattr(_aggregate(conn, rid), "hosts", None) or []) == set(HOSTS)
+        return set(getattr(aggregate(conn, rid), "hosts", None) or []) == set(HOSTS)
 
     _until(moved)
     start = time.perf_counter() - began
@@ -132,8 +133,8 @@ def _hosts_round(http: httpx.Client, conn: Any, freepool: str, r: int) -> dict[s
     http.delete(f"/leases/{lease['id']}").raise_for_status()
 
     def back() -> bool:
-        pool = _aggregate(conn, freepool)
-        return _aggregate(conn, rid) is None and set(pool.hosts or []) == set(HOSTS)
+        pool = aggregate(conn, freepool)
+        return aggregate(conn, rid) is None and set(pool.hosts or []) == set(HOSTS)
 
     _until(back)
     return {"post": posted, "start": start, "end": time.perf_counter() - began}
@@ -152,7 +153,7 @@ def _instances_round(http: httpx.Client, conn: Any, r: int) -> dict[str, float]:
     lease, began, posted = _lease(http, f"instances-{r}", [request] * INSTANCES)
     ids = [x["id"] for x in lease["reservations"]]
     flavors = {f"reservation:{i}" for i in ids}
-    classes = {_rc(i) for i in ids}
+    classes = {resource_class(i) for i in ids}
     _until(lambda: flavors <= _flavors(conn) and classes <= _inventories(conn))
     start = time.perf_counter() - began
     began = time.perf_counter()
@@ -163,7 +164,7 @@ def _instances_round(http: httpx.Client, conn: Any, r: int) -> dict[str, float]:
 
 def run_openstack(rounds: int = 3) -> dict[str, Any]:
     env = rig_env()
-    conn = _connect(env)
+    conn = admin_connection(env)
     freepool = f"bench-freepool-{uuid.uuid4().hex[:6]}"
     server_env = {
         "CLIMATE_BACKEND": "openstack",
@@ -209,7 +210,7 @@ def run_openstack(rounds: int = 3) -> dict[str, Any]:
                 for key, value in _instances_round(http, conn, r).items():
                     found[f"instances_{key}"].append(value)
     finally:
-        pool = _aggregate(conn, freepool)
+        pool = aggregate(conn, freepool)
         if pool is not None:
             for host in list(pool.hosts or []):
                 pool = conn.compute.remove_host_from_aggregate(pool, host)

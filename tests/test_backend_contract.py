@@ -34,6 +34,7 @@ from climate.backends.base import (
     Withdraw,
 )
 from climate.backends.faulty import FaultyBackend
+from climate.backends.openstack import resource_class
 from climate.backends.standalone import StandaloneBackend
 from climate.domain.status import EndPolicy, StartPolicy
 from tests.openstack.conftest import aggregate, empty_freepool, rig_settings
@@ -189,3 +190,42 @@ def test_replace_swaps_a_host_of_a_started_reservation(backend: Backend) -> None
     if backend.name == "openstack":
         assert not aggregate(conn, h.reservation_id).hosts
     ok(backend.handle([End((replace(h, resource_ids=(), hosts={}),))])[0])
+
+
+def test_replace_moves_an_instance_reservations_slots(backend: Backend) -> None:
+    h = instance_handover()
+    ok(backend.handle([Start((h,))])[0])
+    both = {"1": "compute1", "2": "compute2"}
+    moved = replace(h, resource_ids=("1:0", "1:1"), hosts=both)
+    for _ in range(2):  # a retried replace is a no-op
+        ok(backend.handle([Replace(moved, old_host="2", new_host="1")])[0])
+    if backend.name == "openstack":
+        conn = backend.conn  # type: ignore[attr-defined]
+        rc = resource_class(h.reservation_id)
+        assert aggregate(conn, h.reservation_id).hosts == ["compute1"]
+        assert backend._total("compute1", rc) == 2  # type: ignore[attr-defined]
+        assert backend._total("compute2", rc) == 0  # type: ignore[attr-defined]
+    ok(backend.handle([End((replace(moved, resource_ids=("2:0", "2:1", "1:0", "1:1")),))])[0])
+    if backend.name == "openstack":
+        assert aggregate(conn, h.reservation_id) is None
+        assert not backend._rc_exists(rc)  # type: ignore[attr-defined]
+
+
+def test_a_start_of_many_reservations_makes_each_and_the_end_takes_each_back(
+    backend: Backend,
+) -> None:
+    """One lease's reservations are made side by side (``openstack_concurrency``)."""
+    params = {"vcpus": 1, "memory_mb": 128, "disk_gb": 1, "amount": 1, "affinity": None}
+    many = tuple(instance_handover(resource_ids=("2:0",), params=params) for _ in range(6))
+    ok(backend.handle([Start(many)])[0])
+    if backend.name == "openstack":
+        conn = backend.conn  # type: ignore[attr-defined]
+        for h in many:
+            assert conn.compute.find_flavor(h.reservation_id, ignore_missing=True) is not None
+            total = backend._total("compute2", resource_class(h.reservation_id))  # type: ignore[attr-defined]
+            assert total == 1
+    ok(backend.handle([End(many)])[0])
+    if backend.name == "openstack":
+        for h in many:
+            assert conn.compute.find_flavor(h.reservation_id, ignore_missing=True) is None
+            assert aggregate(conn, h.reservation_id) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
@@ -9,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from climate.backends.base import Action, Backend, Done, Result, Start
-from climate.db.tables import Assignment, OutboxMessage
+from climate.db.tables import Assignment, Lease, OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.errors import NotEnoughCapacity
 from climate.manager.service import Manager
@@ -206,3 +207,41 @@ def test_claim_of_a_crashed_manager_expires_and_another_finishes_the_event(
     assert leases.get(ALICE, lease.id).status == "ACTIVE"
     with ctx.db.reader() as session:
         assert len(session.scalars(select(Assignment)).all()) == 1
+
+
+def _stored_status(ctx: ServiceContext, lease_id: str) -> str:
+    with ctx.db.reader() as session:
+        return str(session.get(Lease, lease_id).status)  # type: ignore[union-attr]
+
+
+def test_a_deleted_running_lease_is_deleting_until_the_manager_has_ended_it(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    """As Blazar's ``delete_lease``: DELETING while the resources are taken back (the API no
+    longer shows the lease), the ``lease.delete`` notification saying so; then TERMINATED.
+    A lease that had not started is TERMINATED at once."""
+    hooked = ctx.settings.model_copy(update={"webhooks": ("http://127.0.0.1:9/",)})
+    ctx = dataclasses.replace(ctx, settings=hooked)
+    add_hosts(hosts, 2)
+    leases = LeaseService(ctx)
+    manager = build_workers(ctx).manager
+    running = leases.create(ALICE, host_request("running", T0, T0 + 3 * HOUR))
+    later = leases.create(ALICE, host_request("later", T0 + HOUR, T0 + 3 * HOUR))
+    manager.run_due()
+    clock.set(T0 + dt.timedelta(minutes=5))
+    leases.delete(ALICE, running.id)
+    leases.delete(ALICE, later.id)
+    assert _stored_status(ctx, running.id) == "DELETING"
+    assert _stored_status(ctx, later.id) == "TERMINATED"
+    with ctx.db.reader() as session:
+        deleted = session.scalars(
+            select(OutboxMessage.payload).where(OutboxMessage.topic == "lease.delete")
+        ).all()
+    assert [p["lease"]["status"] for p in deleted] == ["DELETING", "DELETING"]
+    assert manager.run_due() == 1  # the end, now
+    assert _stored_status(ctx, running.id) == "TERMINATED"
+    with ctx.db.reader() as session:
+        ended = session.scalars(
+            select(Assignment.released_at).where(Assignment.lease_id == running.id)
+        ).all()
+    assert ended == [T0 + dt.timedelta(minutes=5)]

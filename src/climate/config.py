@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     ``[oslo_messaging_notifications] driver = messagingv2``): each ``service.update`` of a
     compute makes the monitor look at once. Empty: polling only."""
     nova_notification_topic: str = "versioned_notifications"
+    openstack_concurrency: int = Field(8, ge=1, le=64)
+    """With ``backend = "openstack"``: how many reservations of one start or end are made (or
+    taken back) in Nova and Placement at once."""
     heal_horizon_seconds: float = Field(3600.0, ge=0)
     """Reservations on a failed host that start within this long are healed at once, later ones
     when they come this close (0: all at once); Blazar's ``healing_interval``."""

@@ -5,6 +5,7 @@ for the next run (which then starts in 0.1 s, seeing this run's data)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import uuid
@@ -15,15 +16,17 @@ from typing import Any
 
 import openstack
 import pytest
+from bench.openstack import admin_connection, aggregate
 from sqlalchemy import select
 
 from climate.config import Settings
 from climate.db.engine import Database
-from climate.db.tables import Reservation
+from climate.db.tables import Lease, Reservation
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
+from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
 
 RIG = Path(os.environ.get("OSTEST_RIG", Path(__file__).resolve().parents[3] / "shared/openstack"))
 BASE = os.environ.get("OSTEST_BASE", "/tmp/os-local")
@@ -66,26 +69,9 @@ def openstack_env() -> Iterator[dict[str, str]]:
 # -- shared by the suites that drive Climate against the rig ------------------------------------
 
 
-def admin_connection(env: dict[str, str]) -> Any:
-    """openstacksdk as the rig's admin (credentials as one ``auth`` dict, no clouds.yaml: the
-    SDK would otherwise mix the rig's admin into other users' connections)."""
-    os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
-    return openstack.connect(
-        auth={
-            "auth_url": env["OS_AUTH_URL"],
-            "username": env["OS_USERNAME"],
-            "password": env["OS_PASSWORD"],
-            "project_name": env["OS_PROJECT_NAME"],
-            "user_domain_name": "Default",
-            "project_domain_name": "Default",
-        },
-        region_name="RegionOne",
-        load_yaml_config=False,
-    )
-
-
 @pytest.fixture
 def cloud(openstack_env: dict[str, str]) -> Any:
+    os.environ.pop("OS_CLIENT_CONFIG_FILE", None)  # for the SDK connections tests make
     return admin_connection(openstack_env)
 
 
@@ -210,6 +196,29 @@ def boot(conn: Any, image: str, flavor: str, **extra: Any) -> Any:
     return conn.compute.wait_for_server(server, status="ACTIVE", failures=["ERROR"], wait=60)
 
 
-def aggregate(cloud: Any, name: str) -> Any:
-    compute = getattr(cloud, "compute", cloud)
-    return next((a for a in compute.aggregates() if a.name == name), None)
+HOST_FIELDS = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
+
+
+def lease_now(
+    ctx: ServiceContext,
+    clock: ManualClock,
+    actor: Actor,
+    resource_type: str = "physical:host",
+    *,
+    name: str = "on-the-rig",
+    length: dt.timedelta = dt.timedelta(hours=1),
+    **fields: Any,
+) -> Lease:
+    """A lease of one reservation starting now (``clock`` set to now, whole seconds): one host
+    unless ``fields`` say otherwise, or, for ``virtual:instance``, what ``fields`` ask."""
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    clock.set(start)
+    if resource_type == "physical:host":
+        fields = HOST_FIELDS | fields
+    request = LeaseRequest(
+        name=name,
+        start=start,
+        end=start + length,
+        reservations=[ReservationRequest(resource_type, fields)],
+    )
+    return LeaseService(ctx).create(actor, request)

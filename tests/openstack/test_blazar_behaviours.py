@@ -23,10 +23,10 @@ from climate.domain.clock import ManualClock
 from climate.manager.service import Manager
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseService
 from climate.services.reservation_actions import ReservationActionService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import Member, aggregate, boot
+from tests.openstack.conftest import Member, aggregate, boot, lease_now
 
 HOUR = dt.timedelta(hours=1)
 Climate = tuple[ServiceContext, Any]
@@ -39,26 +39,12 @@ def db(sqlite_url: str) -> Iterator[Database]:
     database.dispose()
 
 
-def lease_now(
+def started_now(
     ctx: ServiceContext, clock: ManualClock, actor: Actor, resource_type: str, **fields: Any
 ) -> tuple[str, str, dt.datetime]:
-    """A lease of one reservation from now for an hour: (lease id, reservation id, start)."""
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
-    if resource_type == "physical:host":
-        fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""} | (
-            fields
-        )
-    lease = LeaseService(ctx).create(
-        actor,
-        LeaseRequest(
-            name="blazar-behaviour",
-            start=start,
-            end=start + HOUR,
-            reservations=[ReservationRequest(resource_type, fields)],
-        ),
-    )
-    return lease.id, lease.reservations[0].id, start
+    """``lease_now``'s lease as (lease id, reservation id, start)."""
+    lease = lease_now(ctx, clock, actor, resource_type, name="blazar-behaviour", **fields)
+    return lease.id, lease.reservations[0].id, lease.start_date
 
 
 def refused(boot_it: Callable[[], Any]) -> bool:
@@ -81,7 +67,7 @@ def test_another_projects_boot_with_the_hint_is_refused(
     ctx, backend = climate
     owner, other = members(), members()
     HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute3", {})
-    lease_id, rid, start = lease_now(ctx, clock, owner.actor, "physical:host")
+    lease_id, rid, start = started_now(ctx, clock, owner.actor, "physical:host")
     manager = Manager(ctx, backend)
     flavor = cloud.compute.create_flavor(name=f"climate-{rid[:8]}", vcpus=1, ram=256, disk=1)
     image = openstack_env["OSTEST_IMAGE_ID"]
@@ -110,7 +96,7 @@ def test_an_instance_flavor_serves_its_project_only_and_only_during_the_lease(
     owner, other = members(), members()
     HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute2", {})
     fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
-    lease_id, rid, start = lease_now(ctx, clock, owner.actor, "virtual:instance", **fields)
+    lease_id, rid, start = started_now(ctx, clock, owner.actor, "virtual:instance", **fields)
     image = openstack_env["OSTEST_IMAGE_ID"]
     manager = Manager(ctx, backend)
     try:
@@ -151,7 +137,7 @@ def test_affinity_is_honoured_by_nova(
     for name in ("compute1", "compute2"):
         hosts.create(ADMIN, name, {})
     fields = {"amount": 2, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": affinity}
-    lease_id, rid, start = lease_now(ctx, clock, actor, "virtual:instance", **fields)
+    lease_id, rid, start = started_now(ctx, clock, actor, "virtual:instance", **fields)
     image = openstack_env["OSTEST_IMAGE_ID"]
     manager = Manager(ctx, backend)
     try:
@@ -198,11 +184,11 @@ def test_the_end_policy_is_applied_to_servers_left_on_the_hosts(
         conn = cloud
     HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute3", {})
     if policy == "snapshot":  # offered for whole hosts; suspend and keep for instances
-        lease_id, rid, start = lease_now(ctx, clock, actor, "physical:host", end_policy=policy)
+        lease_id, rid, start = started_now(ctx, clock, actor, "physical:host", end_policy=policy)
     else:
         fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
         fields["end_policy"] = policy
-        lease_id, rid, start = lease_now(ctx, clock, actor, "virtual:instance", **fields)
+        lease_id, rid, start = started_now(ctx, clock, actor, "virtual:instance", **fields)
     manager = Manager(ctx, backend)
     flavor = cloud.compute.create_flavor(name=f"climate-{rid[:8]}", vcpus=1, ram=256, disk=1)
     image = openstack_env["OSTEST_IMAGE_ID"]

@@ -27,9 +27,9 @@ from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.manager.service import Manager
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import BASE, aggregate
+from tests.openstack.conftest import BASE, aggregate, lease_now
 
 MINUTE = dt.timedelta(minutes=1)
 
@@ -131,17 +131,9 @@ def test_nova_down_at_the_end_retries_with_backoff_then_ends_or_errs(
     hosts = HostService(ctx, Timeboxed(backend, 60))
     for name in ("compute2", "compute3"):
         hosts.create(ADMIN, name, {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     leases = LeaseService(ctx)
-    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
-
-    def lease(name: str, end: dt.datetime) -> Any:
-        request = ReservationRequest("physical:host", fields)
-        made = LeaseRequest(name=name, start=start, end=end, reservations=[request])
-        return leases.create(actor, made)
-
-    gives_up, recovers = lease("gives-up", start + MINUTE), lease("recovers", start + 10 * MINUTE)
+    gives_up = lease_now(ctx, clock, actor, name="gives-up", length=MINUTE)
+    recovers = lease_now(ctx, clock, actor, name="recovers", length=10 * MINUTE)  # clock: now
     manager = Manager(ctx, backend)
     manager.run_due()
     assert [leases.get(actor, x.id).status for x in (gives_up, recovers)] == ["ACTIVE"] * 2
@@ -150,7 +142,7 @@ def test_nova_down_at_the_end_retries_with_backoff_then_ends_or_errs(
     freepool = ctx.settings.freepool_name
 
     with nova_api_stopped(openstack_env):
-        ends = start + MINUTE
+        ends = gives_up.end_date
         clock.set(ends)
         for attempt, delay in ((1, 10), (2, 20)):
             manager.run_due()
@@ -166,7 +158,7 @@ def test_nova_down_at_the_end_retries_with_backoff_then_ends_or_errs(
         assert "end_lease failed after 3 attempt(s)" in (shown.status_reason or "")
         assert end_event(ctx, gives_up.id).last_error
 
-        clock.set(start + 10 * MINUTE)
+        clock.set(recovers.end_date)
         manager.run_due()
         assert end_event(ctx, recovers.id).status == "UNDONE"
     # Nova is back: the host of the lease in ERROR never left its aggregate.

@@ -16,6 +16,7 @@ import kombu
 from sqlalchemy import select
 
 from climate.backends.base import Timeboxed
+from climate.backends.openstack import resource_class
 from climate.db.tables import Host, HostAllocation
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
@@ -23,9 +24,9 @@ from climate.manager.monitor import HostMonitor
 from climate.manager.service import Manager
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import aggregate
+from tests.openstack.conftest import aggregate, boot, lease_now
 
 HOUR = dt.timedelta(hours=1)
 SERVICES = "2.53"
@@ -79,19 +80,9 @@ def test_a_compute_forced_down_heals_its_lease_onto_a_spare(
     hosts = HostService(ctx, timeboxed)
     for name in ("compute1", "compute2"):
         hosts.create(ADMIN, name, {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     leases = LeaseService(ctx)
-    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
-    lease = leases.create(
-        actor,
-        LeaseRequest(
-            name="heals",
-            start=start,
-            end=start + HOUR,
-            reservations=[ReservationRequest("physical:host", fields)],
-        ),
-    )
+    lease = lease_now(ctx, clock, actor, name="heals")
+    start = lease.start_date
     (reservation,) = lease.reservations
     manager = Manager(ctx, backend)
     manager.run_due()
@@ -162,16 +153,8 @@ def test_nova_s_service_update_notification_heals_without_waiting_for_a_poll(
     hosts = HostService(ctx, timeboxed)
     for name in ("compute1", "compute2"):
         hosts.create(ADMIN, name, {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
-    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
-    request = LeaseRequest(
-        name="heard",
-        start=start,
-        end=start + HOUR,
-        reservations=[ReservationRequest("physical:host", fields)],
-    )
-    lease = LeaseService(ctx).create(actor, request)
+    lease = lease_now(ctx, clock, actor, name="heard")
+    start = lease.start_date
     (reservation,) = lease.reservations
     manager = Manager(ctx, backend)
     manager.run_due()
@@ -197,3 +180,74 @@ def test_nova_s_service_update_notification_heals_without_waiting_for_a_poll(
 def _host_id(ctx: Any, name: str) -> int:
     with ctx.db.reader() as session:
         return session.scalars(select(Host.id).where(Host.service_name == name)).one()
+
+
+def _inventory(cloud: Any, host: str, rc: str) -> int:
+    """The total of ``rc`` on ``blazar_<host>`` in Placement (0: none)."""
+    found = cloud.placement.get(
+        f"/resource_providers?name=blazar_{host}", microversion="1.29"
+    ).json()["resource_providers"]
+    if not found:
+        return 0
+    response = cloud.placement.get(
+        f"/resource_providers/{found[0]['uuid']}/inventories/{rc}",
+        microversion="1.29",
+        raise_exc=False,
+    )
+    return int(response.json()["total"]) if response.status_code == 200 else 0
+
+
+def test_a_compute_forced_down_heals_its_instance_reservation_onto_a_spare(
+    climate: Any,
+    cloud: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+) -> None:
+    """Blazar's instance heal: the spare joins the reservation's aggregate with the reserved
+    Placement inventory on its ``blazar_<host>`` provider, the failed compute leaves the
+    aggregate, and the lessee's next server of the flavor boots on the spare."""
+    ctx, backend = climate
+    ctx = dataclasses.replace(
+        ctx, settings=ctx.settings.model_copy(update={"nova_poll_seconds": 1})
+    )
+    actor, conn = lessee
+    timeboxed = Timeboxed(backend, 60)
+    hosts = HostService(ctx, timeboxed)
+    for name in ("compute1", "compute2"):
+        hosts.create(ADMIN, name, {})
+    leases = LeaseService(ctx)
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="heals-instances", **fields)
+    start = lease.start_date
+    rid = lease.reservations[0].id
+    rc = resource_class(rid)
+    image = openstack_env["OSTEST_IMAGE_ID"]
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        assert leases.get(actor, lease.id).status == "ACTIVE"
+        (failing,) = aggregate(cloud, rid).hosts
+        spare = "compute2" if failing == "compute1" else "compute1"
+        first = boot(conn, image, rid)
+        assert cloud.compute.get_server(first.id).compute_host == failing
+        monitor = HostMonitor(ctx, timeboxed)
+        monitor.start()
+        try:
+            with forced_down(cloud, failing):
+                wait_for(lambda: aggregate(cloud, rid).hosts == [spare], 15)
+                assert _inventory(cloud, spare, rc) == 1
+                second = boot(conn, image, rid)
+                assert cloud.compute.get_server(second.id).compute_host == spare
+                shown = leases.get(actor, lease.id)
+                assert not shown.degraded and shown.reservations[0].resources_changed
+            wait_for(lambda: hosts.get(ADMIN, str(_host_id(ctx, failing))).health == "up", 10)
+        finally:
+            monitor.stop()
+    finally:
+        clock.set(start + HOUR)
+        manager.run_due()
+    assert leases.get(actor, lease.id).status == "TERMINATED"
+    assert aggregate(cloud, rid) is None
+    assert cloud.compute.find_flavor(rid, ignore_missing=True) is None
+    assert _inventory(cloud, failing, rc) == _inventory(cloud, spare, rc) == 0

@@ -23,9 +23,9 @@ from climate.domain.clock import ManualClock
 from climate.errors import InvalidInput
 from climate.manager.service import Manager
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import aggregate, boot, rig_settings
+from tests.openstack.conftest import aggregate, boot, lease_now, rig_settings
 
 HOUR = dt.timedelta(hours=1)
 
@@ -61,20 +61,9 @@ def test_a_host_lease_moves_its_host_and_the_lessee_boots_there(
     assert (host.vcpus, host.memory_mb, host.service_name) == (16, 32768, "compute3")
     assert "compute3" in aggregate(cloud, ctx.settings.freepool_name).hosts
 
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     leases = LeaseService(ctx)
-    fields = {"min": 1, "max": 1, "hypervisor_properties": "", "resource_properties": ""}
-    fields["end_policy"] = "delete"
-    lease = leases.create(
-        actor,
-        LeaseRequest(
-            name="on-nova",
-            start=start,
-            end=start + HOUR,
-            reservations=[ReservationRequest("physical:host", fields)],
-        ),
-    )
+    lease = lease_now(ctx, clock, actor, name="on-nova", end_policy="delete")
+    start = lease.start_date
     (reservation,) = lease.reservations
     manager = Manager(ctx, backend)
     try:
@@ -129,19 +118,10 @@ def test_an_instance_reservation_makes_its_flavor_and_inventory(
     ctx, backend = climate
     actor, _ = lessee
     HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute2", {})
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    clock.set(start)
     fields = {"amount": 2, "vcpus": 1, "memory_mb": 512, "disk_gb": 1, "affinity": True}
     leases = LeaseService(ctx)
-    lease = leases.create(
-        actor,
-        LeaseRequest(
-            name="instances",
-            start=start,
-            end=start + HOUR,
-            reservations=[ReservationRequest("virtual:instance", fields)],
-        ),
-    )
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="instances", **fields)
+    start = lease.start_date
     (reservation,) = lease.reservations
     rid = reservation.id
     manager = Manager(ctx, backend)

@@ -185,14 +185,22 @@ def for_lease(session: Session, lease_id: str) -> Sequence[Assignment]:
 def release_resource(
     session: Session, reservation_id: str, resource_type: str, resource_id: str, now: dt.datetime
 ) -> int:
-    """Mark one resource of the reservation released (healing took it away); idempotent."""
+    """Mark one resource of the reservation released (healing took it away), or, for a
+    resource id ``"<host>:*"``, every one on that host (an instance reservation's slots);
+    idempotent."""
     session.flush()
+    host, _, rest = resource_id.partition(":")
+    which = (
+        ASSIGNMENTS.c.resource_id.like(f"{host}:%")
+        if rest == "*"
+        else ASSIGNMENTS.c.resource_id == resource_id
+    )
     result = session.execute(
         update(ASSIGNMENTS)
         .where(
             ASSIGNMENTS.c.reservation_id == reservation_id,
             ASSIGNMENTS.c.resource_type == resource_type,
-            ASSIGNMENTS.c.resource_id == resource_id,
+            which,
             ASSIGNMENTS.c.released_at.is_(None),
         )
         .values(released_at=now, state=State.RELEASED)

@@ -7,15 +7,23 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVarTuple
 
-from sqlalchemy import Select, delete, insert, select
+from sqlalchemy import Select, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
 from climate.db.hosts import SpanRow
-from climate.db.tables import HostAllocation, InstanceAllocation, Lease, new_id, table_of
+from climate.db.tables import (
+    HostAllocation,
+    InstanceAllocation,
+    Lease,
+    Reservation,
+    new_id,
+    table_of,
+)
 
 _Row = TypeVarTuple("_Row")
+RESOURCE_TYPE = "virtual:instance"
 OWNER_PREFIX = "instances:"
 """Owner of a host's instance usage in the whole-host calendar (see ``usage_spans``)."""
 
@@ -244,3 +252,106 @@ def allocations(
         end=end,
     )
     return [AllocationRow(*row) for row in session.execute(query)]
+
+
+@dataclass(frozen=True, slots=True)
+class Suffering:
+    """An instance allocation of a live lease on a failed host, still to come or under way."""
+
+    allocation_id: str
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    count: int
+    start: dt.datetime
+    end: dt.datetime
+
+
+def suffering(
+    session: Session, host_ids: Collection[int], now: dt.datetime, until: dt.datetime | None
+) -> list[Suffering]:
+    """Instance allocations of live leases on ``host_ids`` that end after ``now`` and begin
+    before ``until`` (None: any time), earliest first."""
+    if not host_ids:
+        return []
+    query = _live(
+        select(
+            InstanceAllocation.id,
+            InstanceAllocation.host_id,
+            InstanceAllocation.reservation_id,
+            InstanceAllocation.lease_id,
+            InstanceAllocation.count,
+            InstanceAllocation.start_date,
+            InstanceAllocation.end_date,
+        ).where(
+            InstanceAllocation.host_id.in_(list(host_ids)),
+            InstanceAllocation.end_date > now,
+        )
+    ).order_by(
+        InstanceAllocation.start_date, InstanceAllocation.reservation_id, InstanceAllocation.host_id
+    )
+    if until is not None:
+        query = query.where(InstanceAllocation.start_date < until)
+    return [Suffering(*row) for row in session.execute(query)]
+
+
+def lacking(session: Session, now: dt.datetime) -> list[Reservation]:
+    """Instance reservations of live leases, not over by ``now``, that lack instances healing
+    could not place; those starting first first."""
+    return list(
+        session.scalars(
+            select(Reservation)
+            .join(Lease, Lease.id == Reservation.lease_id)
+            .where(
+                Reservation.missing_resources.is_(True),
+                Reservation.resource_type == RESOURCE_TYPE,
+                Lease.deleted_at.is_(None),
+                Lease.end_date > now,
+            )
+            .order_by(Lease.start_date, Reservation.id)
+        )
+    )
+
+
+def cut(session: Session, allocation_id: str, at: dt.datetime) -> None:
+    """The allocation leaves its host from ``at`` on (all of it, if it had not begun): the past
+    stays where it ran."""
+    table = table_of(InstanceAllocation)
+    session.execute(delete(table).where(table.c.id == allocation_id, table.c.start_date >= at))
+    session.execute(
+        update(table)
+        .where(table.c.id == allocation_id, table.c.start_date < at)
+        .values(end_date=at)
+    )
+
+
+def add(
+    session: Session,
+    reservation_id: str,
+    lease_id: str,
+    counts: Mapping[int, int],
+    size: tuple[int, int, int],
+    start: dt.datetime,
+    end: dt.datetime,
+) -> None:
+    """``counts`` instances per host of ``size`` each over [start, end), beside what the
+    reservation has."""
+    vcpus, memory_mb, disk_gb = size
+    rows = [
+        {
+            "id": new_id(),
+            "reservation_id": reservation_id,
+            "lease_id": lease_id,
+            "host_id": host_id,
+            "count": count,
+            "vcpus": vcpus * count,
+            "memory_mb": memory_mb * count,
+            "disk_gb": disk_gb * count,
+            "start_date": start,
+            "end_date": end,
+        }
+        for host_id, count in sorted(counts.items())
+        if count > 0
+    ]
+    if rows:
+        session.execute(insert(table_of(InstanceAllocation)), rows)

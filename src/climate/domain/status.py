@@ -22,6 +22,9 @@ class LeaseStatus(enum.StrEnum):
     """A hold: resources allocated, waiting for confirmation."""
     EXPIRED = "EXPIRED"
     """A hold that lapsed unconfirmed; its resources went back."""
+    DELETING = "DELETING"
+    """Deleted; its resources are being taken back (Blazar's DELETING). A lease that had not
+    started is TERMINATED at once; a running one stays DELETING until the manager ended it."""
 
 
 class LeaseType(enum.StrEnum):
@@ -68,15 +71,23 @@ LIFECYCLE_ORDER: dict[EventType, int] = {
 }
 
 LEASE_TRANSITIONS: dict[LeaseStatus, frozenset[LeaseStatus]] = {
-    LeaseStatus.PENDING: frozenset({LeaseStatus.STARTING, LeaseStatus.TERMINATED}),
+    LeaseStatus.PENDING: frozenset(
+        {LeaseStatus.STARTING, LeaseStatus.TERMINATED, LeaseStatus.DELETING}
+    ),
     # STARTING -> TERMINATING: the end came while a failed start was still being retried.
     LeaseStatus.STARTING: frozenset(
-        {LeaseStatus.ACTIVE, LeaseStatus.ERROR, LeaseStatus.TERMINATING}
+        {LeaseStatus.ACTIVE, LeaseStatus.ERROR, LeaseStatus.TERMINATING, LeaseStatus.DELETING}
     ),
-    LeaseStatus.ACTIVE: frozenset({LeaseStatus.TERMINATING, LeaseStatus.ERROR}),
-    LeaseStatus.TERMINATING: frozenset({LeaseStatus.TERMINATED, LeaseStatus.ERROR}),
+    LeaseStatus.ACTIVE: frozenset(
+        {LeaseStatus.TERMINATING, LeaseStatus.ERROR, LeaseStatus.DELETING}
+    ),
+    LeaseStatus.TERMINATING: frozenset(
+        {LeaseStatus.TERMINATED, LeaseStatus.ERROR, LeaseStatus.DELETING}
+    ),
     LeaseStatus.TERMINATED: frozenset(),
-    LeaseStatus.ERROR: frozenset({LeaseStatus.TERMINATING, LeaseStatus.TERMINATED}),
+    LeaseStatus.ERROR: frozenset(
+        {LeaseStatus.TERMINATING, LeaseStatus.TERMINATED, LeaseStatus.DELETING}
+    ),
     # IN_PROGRESS -> ERROR: a retry lease's last attempt failed.
     LeaseStatus.IN_PROGRESS: frozenset(
         {
@@ -84,11 +95,16 @@ LEASE_TRANSITIONS: dict[LeaseStatus, frozenset[LeaseStatus]] = {
             LeaseStatus.TIMEDOUT,
             LeaseStatus.ERROR,
             LeaseStatus.TERMINATED,
+            LeaseStatus.DELETING,
         }
     ),
     LeaseStatus.TIMEDOUT: frozenset(),
-    LeaseStatus.HELD: frozenset({LeaseStatus.PENDING, LeaseStatus.EXPIRED, LeaseStatus.TERMINATED}),
+    LeaseStatus.HELD: frozenset(
+        {LeaseStatus.PENDING, LeaseStatus.EXPIRED, LeaseStatus.TERMINATED, LeaseStatus.DELETING}
+    ),
     LeaseStatus.EXPIRED: frozenset(),
+    # A deleted lease's end (by the manager) runs in DELETING: no TERMINATING in between.
+    LeaseStatus.DELETING: frozenset({LeaseStatus.TERMINATED, LeaseStatus.ERROR}),
 }
 
 RESERVATION_TRANSITIONS: dict[ReservationStatus, frozenset[ReservationStatus]] = {

@@ -158,7 +158,8 @@ class EventHandlers:
             )
             step.topic = "lease.start"
         elif kind is EventType.END_LEASE:
-            if _marked(status, kind) != LeaseStatus.TERMINATING:
+            ending_as = _marked(status, kind)
+            if ending_as not in (LeaseStatus.TERMINATING, LeaseStatus.DELETING):
                 return step
             ending = [
                 r
@@ -169,7 +170,7 @@ class EventHandlers:
                 step,
                 ending,
                 statuses,
-                (LeaseStatus.TERMINATING, LeaseStatus.TERMINATED),
+                (LeaseStatus(ending_as), LeaseStatus.TERMINATED),
                 ReservationStatus.DELETED,
                 now,
             )

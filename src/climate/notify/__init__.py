@@ -15,7 +15,7 @@ from climate import wire
 from climate.addresses import BUS_PREFIX
 from climate.db import outbox
 from climate.db.tables import Lease
-from climate.domain.status import LeaseStatus
+from climate.domain.status import EventStatus, EventType, LeaseStatus
 from climate.fairshare import external
 from climate.notify import bus
 
@@ -56,7 +56,16 @@ NEVER_STARTED = frozenset({LeaseStatus.PENDING, LeaseStatus.HELD, LeaseStatus.IN
 def ended(topic: str, lease: Lease) -> bool:
     """Whether the external service is told of this lease's end now (Blazar's ``on_end``):
     at its end, or when it is deleted before it started (no end will come then)."""
-    return topic == "lease.end" or (topic == "lease.delete" and lease.status in NEVER_STARTED)
+    return topic == "lease.end" or (topic == "lease.delete" and not _started(lease))
+
+
+def _started(lease: Lease) -> bool:
+    if lease.status not in NEVER_STARTED | {LeaseStatus.DELETING}:
+        return True
+    # A deleted lease is DELETING whether or not it had started: its start event tells.
+    return any(
+        e.event_type == EventType.START_LEASE and e.status == EventStatus.DONE for e in lease.events
+    )
 
 
 def enqueue_leases(

@@ -31,12 +31,15 @@ EVENT_TYPES: Mapping[str, str] = {
     "lease.delete": "lease.delete",
     "lease.start": "lease.event.start_lease",
     "lease.before_end": "lease.event.before_end_lease",
+    "lease.before_end.stop": "lease.event.before_end_lease.stop",
     "lease.end": "lease.event.end_lease",
     "lease.error": "lease.error",
     "lease.degraded": "lease.degraded",
     "lease.healed": "lease.healed",
 }
-"""Climate's webhook topic -> the bus event type. The first six are Blazar's; ``lease.error``
+"""Climate's webhook topic -> the bus event type. The first seven are Blazar's
+(``lease.before_end.stop``: a lease whose warning had run got a later end, so it will be warned
+again); ``lease.error``
 (a lease that failed for good), ``lease.degraded`` and ``lease.healed`` (docs/healing.md) and
 the finer types callers pass (``lease.hold.confirm``, ...) are
 Climate's own, named the same way."""

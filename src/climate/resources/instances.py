@@ -155,17 +155,7 @@ class InstanceType(ResourceType):
         hosts = self._hosts(session, params["resource_properties"])
         demand = InstanceDemand(start, end, params["amount"], size, params["affinity"], keep)
         check_possible(demand, hosts)
-        whole = instance_rows.reserved_whole(session, [h.id for h in hosts], start, end)
-        free = [h for h in hosts if h.id not in whole]
-        around = host_rows.LOOKAROUND
-        uses: dict[int, list[tuple[dt.datetime, dt.datetime, Size]]] = {}
-        for row in instance_rows.uses(
-            session, [h.id for h in free], start - around, end + around, reservation.id
-        ):
-            used = Size(row.vcpus, row.memory_mb, row.disk_gb)
-            uses.setdefault(row.host_id, []).append((row.start, row.end, used))
-        rooms = [HostRoom(h.id, h.name, h.capacity, uses.get(h.id, ())) for h in free]
-        placement = place(demand, rooms)
+        placement = place(demand, self._rooms(session, hosts, reservation.id, start, end))
         before = {a.host_id for a in held}
         rows = instance_rows.replace(
             session,
@@ -176,9 +166,36 @@ class InstanceType(ResourceType):
             start,
             end,
         )
-        self._changed(session, before | set(placement))
+        self.changed(session, before | set(placement))
         # The reservation may not be in the session (a new lease is written with Core inserts).
         set_committed_value(reservation, "instance_allocations", rows)
+
+    def rooms(
+        self, session: Session, reservation: Reservation, start: dt.datetime, end: dt.datetime
+    ) -> list[HostRoom]:
+        """Where the reservation's instances may run over [start, end): the reservable matching
+        sized hosts not reserved whole then, with what other reservations use on them."""
+        hosts = self.sized_hosts(session, reservation.params["resource_properties"])
+        return self._rooms(session, hosts, reservation.id, start, end)
+
+    @staticmethod
+    def _rooms(
+        session: Session,
+        hosts: list[HostRoom],
+        reservation_id: str,
+        start: dt.datetime,
+        end: dt.datetime,
+    ) -> list[HostRoom]:
+        whole = instance_rows.reserved_whole(session, [h.id for h in hosts], start, end)
+        free = [h for h in hosts if h.id not in whole]
+        around = host_rows.LOOKAROUND
+        uses: dict[int, list[tuple[dt.datetime, dt.datetime, Size]]] = {}
+        for row in instance_rows.uses(
+            session, [h.id for h in free], start - around, end + around, reservation_id
+        ):
+            used = Size(row.vcpus, row.memory_mb, row.disk_gb)
+            uses.setdefault(row.host_id, []).append((row.start, row.end, used))
+        return [HostRoom(h.id, h.name, h.capacity, uses.get(h.id, ())) for h in free]
 
     def _hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:
         """Reservable hosts matching the query that have a size, scaled by their ratios.
@@ -213,7 +230,8 @@ class InstanceType(ResourceType):
         return self.ratios[k] if own is None else parse_ratio(RATIOS[k], own)
 
     @staticmethod
-    def _changed(session: Session, host_ids: set[int]) -> None:
+    def changed(session: Session, host_ids: set[int]) -> None:
+        """The whole-host calendar's view of these hosts' instance usage is stale."""
         if host_ids:
             owners = [instance_rows.usage_owner(h) for h in sorted(host_ids)]
             CalendarCache.mark_stale(session, "hosts", owners)
@@ -222,7 +240,7 @@ class InstanceType(ResourceType):
         if all(a.end_date <= at for a in reservation.instance_allocations):
             return
         instance_rows.truncate(session, reservation.id, at)
-        self._changed(session, {a.host_id for a in reservation.instance_allocations})
+        self.changed(session, {a.host_id for a in reservation.instance_allocations})
         session.refresh(reservation, ["instance_allocations"])
 
     def resource_ids(self, reservation: Reservation) -> list[str]:

@@ -19,6 +19,7 @@ from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy, StartPolicy
 
 LOG = logging.getLogger(__name__)
+INSTANCES = "virtual:instance"
 
 ENDED: dict[EndPolicy, State] = {
     EndPolicy.RELEASE: State.RELEASED,
@@ -114,13 +115,13 @@ def replaced(session: Session, action: Replace) -> None:
     """The old host is back from the project, the new one is the project's; a grant already
     recorded is not recorded twice (a repeated heal)."""
     h = action.handover
+    slots = h.resource_type == INSTANCES  # resource ids "<host>:<slot>"
     if action.old_host is not None:
-        assignments.release_resource(
-            session, h.reservation_id, h.resource_type, action.old_host, h.at
-        )
+        old = f"{action.old_host}:*" if slots else action.old_host
+        assignments.release_resource(session, h.reservation_id, h.resource_type, old, h.at)
     if action.new_host is not None:
-        grants = _grants(h)
-        assignments.assign_many(session, [g for g in grants if g.resource_id == action.new_host])
+        grants = [g for g in _grants(h) if g.resource_id.partition(":")[0] == action.new_host]
+        assignments.assign_many(session, grants)
     LOG.info(
         "lease %s: reservation %s host %s replaced by %s",
         h.lease_id,

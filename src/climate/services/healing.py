@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -25,14 +25,17 @@ from climate.backends.base import Replace, Timeboxed
 from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import hosts as host_rows
+from climate.db import instances as instance_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Host, Lease, Reservation
 from climate.domain.actor import Actor
 from climate.domain.status import LeaseStatus
-from climate.errors import InvalidInput
+from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
 from climate.notify import enqueue_lease
 from climate.planner.hosts import replacements
+from climate.planner.instances import InstanceDemand, Size, place
 from climate.resources.hosts import PhysicalHostType
+from climate.resources.instances import InstanceType
 from climate.services import backend_records
 from climate.services.hosts import load_host, wake_queue
 
@@ -84,6 +87,10 @@ class HealingService:
     def _hosts(self) -> PhysicalHostType:
         return cast(PhysicalHostType, self.ctx.resource_types[HOST_TYPE])
 
+    @property
+    def _instances(self) -> InstanceType:
+        return cast(InstanceType, self.ctx.resource_types[instance_rows.RESOURCE_TYPE])
+
     def mark_down(self, actor: Actor | str, host_id: str, reason: object = None) -> HealReport:
         """The host is down: unreservable from now, its reservations healed at once. Marking a
         host already down again changes only the reason."""
@@ -133,7 +140,7 @@ class HealingService:
         now = self.ctx.clock.now()
         with self.ctx.db.reader() as session:
             down = host_rows.down_host_ids(session)
-            missing = host_rows.missing_hosts(session, now)
+            missing = host_rows.missing_hosts(session, now) or instance_rows.lacking(session, now)
         if not down and not missing:
             return False
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
@@ -156,6 +163,12 @@ class HealingService:
         for reservation in host_rows.missing_hosts(session, now):
             if reservation.id not in touched:
                 steps += self._refill(session, reservation, unusable, now)
+        for lost in instance_rows.suffering(session, down, now, until):
+            steps += self._replace_instances(session, lost, set(down), unusable, now)
+        touched = {s.reservation_id for s in steps}
+        for reservation in instance_rows.lacking(session, now):
+            if reservation.id not in touched:
+                steps += self._place_instances(session, reservation, set(down), unusable, now)
         self._record(session, steps, actor, now)
         return steps
 
@@ -221,6 +234,138 @@ class HealingService:
             reservation.resources_changed = True
         lease.degraded = any(r.missing_resources for r in lease.reservations)
         return steps
+
+    # -- instance reservations (Blazar's instance_plugin.heal_reservations) -------------------
+
+    def _replace_instances(
+        self,
+        session: Session,
+        lost: instance_rows.Suffering,
+        down: set[int],
+        unusable: set[int],
+        now: dt.datetime,
+    ) -> list[Healed]:
+        """The instances ``lost`` held on a failed host, placed on free matching hosts from now
+        on (as the reservation's affinity allows), or the reservation goes on without them."""
+        reservation = _reservation(session, lost.reservation_id)
+        instance_rows.cut(session, lost.allocation_id, max(now, lost.start))
+        self._instances.changed(session, {lost.host_id})
+        session.expire(reservation, ["instance_allocations"])
+        name = _name(session, lost.host_id)
+        if name not in (reservation.missing_hosts or []):
+            reservation.missing_hosts = [*(reservation.missing_hosts or []), name]
+        return self._place_instances(session, reservation, down, unusable, now, lost.host_id)
+
+    def _place_instances(
+        self,
+        session: Session,
+        reservation: Reservation,
+        down: set[int],
+        unusable: set[int],
+        now: dt.datetime,
+        old: int | None = None,
+    ) -> list[Healed]:
+        """Give an instance reservation what it lacks from now to its end on free steady hosts
+        (as many as fit when not all do); a running one through ``Replace``, ``old`` (the
+        failed host, if any) first out."""
+        lease = reservation.lease
+        params = reservation.params
+        start, end = max(now, lease.start_date), lease.end_date
+        size = Size(params["vcpus"], params["memory_mb"], params["disk_gb"])
+        keep: Counter[int] = Counter()
+        for row in reservation.instance_allocations:
+            if row.end_date > start and row.host_id not in down:
+                keep[row.host_id] += row.count
+        rooms = [
+            r
+            for r in self._instances.rooms(session, reservation, start, end)
+            if r.id not in unusable or r.id in keep
+        ]
+        placement: dict[int, int] = dict(keep)
+        for amount in range(params["amount"], sum(keep.values()), -1):
+            demand = InstanceDemand(start, end, amount, size, params["affinity"], dict(keep))
+            try:
+                placement = place(demand, rooms)
+                break
+            except (NotEnoughCapacity, Conflict):
+                continue
+        added = {h: c - keep[h] for h, c in sorted(placement.items()) if c > keep[h]}
+        running = lease.status == LeaseStatus.ACTIVE and lease.start_date <= now
+        steps: list[Healed] = []
+        given: dict[int, int] = {}
+        for host_id, count in added.items():
+            error = None
+            if running:
+                after = keep + Counter(given) + Counter({host_id: count})
+                error = self._hand_over_instances(session, lease, reservation, after, old, host_id)
+            steps.append(
+                Healed(lease.id, reservation.id, old, None if error else host_id, running, error)
+            )
+            if error is not None:
+                break
+            given[host_id] = count
+            old = None
+        if old is not None:  # nothing free: the failed host still leaves the reservation
+            error = None
+            if running:
+                error = self._hand_over_instances(
+                    session, lease, reservation, keep + Counter(given), old, None
+                )
+            steps.append(Healed(lease.id, reservation.id, old, None, running, error))
+        instance_rows.add(session, reservation.id, lease.id, given, size.as_tuple(), start, end)
+        self._instances.changed(session, set(given))
+        session.flush()
+        session.expire(reservation, ["instance_allocations"])
+        short = params["amount"] - sum(keep.values()) - sum(given.values())
+        reservation.missing_resources = short > 0
+        if short <= 0:
+            reservation.missing_hosts = None
+        if running and given:
+            reservation.resources_changed = True
+        lease.degraded = any(r.missing_resources for r in lease.reservations)
+        LOG.log(
+            logging.WARNING if short > 0 else logging.INFO,
+            "lease %s: instance reservation %s placed %s, %d instance(s) still lacking",
+            lease.id,
+            reservation.id,
+            given or "nothing",
+            max(short, 0),
+        )
+        return steps
+
+    def _hand_over_instances(
+        self,
+        session: Session,
+        lease: Lease,
+        reservation: Reservation,
+        after: Counter[int],
+        old: int | None,
+        new: int | None,
+    ) -> str | None:
+        """``Replace`` for an instance reservation whose slots are ``after`` (per host) once
+        ``old`` is out and ``new`` in; the error if the backend failed."""
+        handover = self.ctx.handover(lease, reservation, self.ctx.clock.now())
+        slots = tuple(f"{h}:{n}" for h, c in sorted(after.items()) for n in range(c))
+        names = {str(h): _service_name(session, h) for h in {*after, old, new} if h is not None}
+        action = Replace(
+            dataclasses.replace(handover, resource_ids=slots, hosts=names),
+            None if old is None else str(old),
+            None if new is None else str(new),
+        )
+        try:
+            self.backend.one(action)
+        except Exception as exc:
+            LOG.warning(
+                "lease %s: backend %s failed to replace host %s by %s for instances: %s",
+                lease.id,
+                self.backend.name,
+                old,
+                new,
+                exc,
+            )
+            return f"{type(exc).__name__}: {exc}"
+        backend_records.replaced(session, action)
+        return None
 
     def _pick(
         self,

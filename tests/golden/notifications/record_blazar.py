@@ -8,7 +8,8 @@ kombu, next to ``../shared/blazar/blazar_launcher.py``::
 It starts the launcher (Blazar's own API and manager, fake:// RPC) with notifications going to
 RabbitMQ (``[oslo_messaging_notifications] driver = messagingv2``) on a topic of its own, then
 creates a host and a lease starting now and ending in about two minutes, moves its end a minute
-later, lets Blazar's manager start it, warn before its end and end it, deletes it, and writes
+later, lets Blazar's manager start it and warn before its end, moves its end a minute later again
+(which re-arms the warning), lets the manager warn again and end it, deletes it, and writes
 every notification's oslo.messaging envelope (``oslo.message`` decoded) to OUT.json in the order
 they arrived.
 """
@@ -123,8 +124,8 @@ def main() -> None:
             later = (end + dt.timedelta(minutes=1)).strftime("%Y-%m-%d %H:%M")
             call(base, "PUT", f"/leases/{lease['id']}", {"name": "renamed", "end_date": later})
             received: list[dict[str, Any]] = []
-            deleted = False
-            deadline = time.monotonic() + 300
+            deleted = moved = False
+            deadline = time.monotonic() + 480
             with connection.SimpleQueue(queue) as simple:
                 while time.monotonic() < deadline:
                     try:
@@ -136,6 +137,12 @@ def main() -> None:
                     message.ack()
                     received.append(envelope)
                     event_type = envelope["oslo.message"]["event_type"]
+                    if event_type == "lease.event.before_end_lease" and not moved:
+                        # The warning has run: a later end re-arms it, and Blazar says so
+                        # with lease.event.before_end_lease.stop after lease.update.
+                        moved = True
+                        later = (end + dt.timedelta(minutes=2)).strftime("%Y-%m-%d %H:%M")
+                        call(base, "PUT", f"/leases/{lease['id']}", {"end_date": later})
                     if event_type == "lease.event.end_lease" and not deleted:
                         call(base, "DELETE", f"/leases/{lease['id']}")
                         deleted = True

@@ -24,11 +24,13 @@ that fails undoes what it did, so a retry or the final ERROR leaves nothing half
 from __future__ import annotations
 
 import logging
+import random
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 from climate.backends.base import (
@@ -60,6 +62,8 @@ from climate.errors import InvalidInput
 from climate.keystone import log_in
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+CONFLICT_ATTEMPTS = 20
 
 HOSTS = "physical:host"
 INSTANCES = "virtual:instance"
@@ -144,12 +148,11 @@ class OpenStackBackend(Backend):
     def _one(self, action: Action) -> Done | Inspected:
         if isinstance(action, Start):
             made: dict[str, Mapping[str, Any]] = {}
-            for handover in action.handovers:
-                made.update(self._start(handover))
+            for params in self._each(self._start, action.handovers):
+                made.update(params)
             return Done(made)
         if isinstance(action, End):
-            for handover in action.handovers:
-                self._end(handover)
+            self._each(self._end, action.handovers)
             return Done()
         if isinstance(action, BeforeEnd):
             for handover, what in action.steps:
@@ -185,6 +188,22 @@ class OpenStackBackend(Backend):
             self._compute_service(action.name, None)
             return Done()
         return self._enrol(action)
+
+    def _each(self, work: Callable[[Handover], T], handovers: Sequence[Handover]) -> list[T]:
+        """``work`` on each handover, ``concurrency`` at a time (a lease's reservations have
+        nothing in common in Nova and Placement but the freepool, whose host moves are separate
+        calls); once all have finished, the first failure is raised (each start undid itself,
+        and the retry finds what the others made)."""
+        if len(handovers) <= 1 or self.config.concurrency == 1:
+            return [work(h) for h in handovers]
+        workers = min(self.config.concurrency, len(handovers))
+        with ThreadPoolExecutor(workers, thread_name_prefix="climate-openstack") as pool:
+            futures = [pool.submit(work, h) for h in handovers]
+        for future in futures:
+            failure = future.exception()
+            if failure is not None:
+                raise failure
+        return [f.result() for f in futures]
 
     # -- host health ---------------------------------------------------------------------------
 
@@ -322,7 +341,15 @@ class OpenStackBackend(Backend):
                 return aggregate
         if not create:
             return None
-        return self.conn.compute.create_aggregate(name=name, availability_zone=az)
+        from openstack.exceptions import ConflictException
+
+        try:
+            return self.conn.compute.create_aggregate(name=name, availability_zone=az)
+        except ConflictException:  # made meanwhile by a reservation started beside this one
+            made = self._aggregate(name)
+            if made is None:
+                raise
+            return made
 
     def _move_in(self, aggregate: Any, hosts: Iterable[str], *, leave_freepool: bool) -> None:
         """Each host into ``aggregate`` (first), then out of the freepool if it leaves it."""
@@ -379,8 +406,13 @@ class OpenStackBackend(Backend):
         reservation's aggregate (then out of the freepool), the failed one back into the
         freepool (then out of the aggregate), so neither is ever outside every aggregate."""
         h = action.handover
+        if h.resource_type == INSTANCES:
+            self._replace_instances(action)
+            return
         if h.resource_type != HOSTS:
-            raise ValueError(f"only host reservations are healed, not {h.resource_type}")
+            raise ValueError(
+                f"only host and instance reservations are healed, not {h.resource_type}"
+            )
         aggregate = self._aggregate(h.reservation_id)
         if aggregate is None:  # no start has made it yet: make it with the hosts held now
             self._start_hosts(h)
@@ -395,6 +427,43 @@ class OpenStackBackend(Backend):
             aggregate = self._aggregate(h.reservation_id)
             if old in (aggregate.hosts or []):
                 self.conn.compute.remove_host_from_aggregate(aggregate, old)
+
+    def _replace_instances(self, action: Replace) -> None:
+        """Instances of a running reservation moved off a failed host, as Blazar's
+        ``_pre_reallocate`` / ``_post_reallocate``: the new host into the reservation's
+        aggregate (it stays in the freepool) with the reservation's inventory on its
+        ``blazar_<host>`` provider sized to the slots it now holds; the failed host out of the
+        aggregate and its inventory removed (left, when the failed host's servers still hold
+        allocations on it: Placement refuses, and the aggregate no longer lets the flavor
+        schedule there)."""
+        h = action.handover
+        rid = h.reservation_id
+        aggregate = self._aggregate(rid)
+        if aggregate is None:  # no start has made it yet: nothing in Nova to change
+            return
+        rc = resource_class(rid)
+        per_host = _slots(h)
+        if action.new_host is not None:
+            new = h.hosts[action.new_host]
+            self._move_in(aggregate, [new], leave_freepool=False)
+            self._set_inventory(new, rc, per_host[new])
+        if action.old_host is not None:
+            old = h.hosts[action.old_host]
+            if old in per_host:
+                return
+            aggregate = self._aggregate(rid)
+            if old in (aggregate.hosts or []):
+                self.conn.compute.remove_host_from_aggregate(aggregate, old)
+            child = self._provider(f"blazar_{old}")
+            if child is not None:
+                url = f"/resource_providers/{child['uuid']}/inventories/{rc}"
+                response = self.conn.placement.delete(
+                    url, microversion=PLACEMENT_MICROVERSION, raise_exc=False
+                )
+                if response.status_code >= 400 and response.status_code not in (404, 409):
+                    raise RuntimeError(
+                        f"Placement DELETE {url}: {response.status_code} {response.text}"
+                    )
 
     def _start_instances(self, h: Handover) -> Mapping[str, Mapping[str, Any]]:
         rid = h.reservation_id
@@ -503,7 +572,7 @@ class OpenStackBackend(Backend):
                     if group.name == f"{RESERVATION_PREFIX}:{rid}":
                         self.conn.compute.delete_server_group(group, ignore_missing=True)
                 rc = resource_class(rid)
-                for host in _slots(h):
+                for host in sorted(set(_slots(h)) | self._holders(rc)):
                     self._delete_inventory(host, rc)
                 self._placement_delete(f"/resource_classes/{rc}")
             aggregate = self._aggregate(rid)
@@ -567,7 +636,8 @@ class OpenStackBackend(Backend):
 
     def _migrate(self, move: Migration) -> None:
         """The reservation's servers on the old host live-migrated to the new one, its
-        Placement inventory moved with them (added on the new host first)."""
+        Placement inventory and aggregate membership moved with them (the new host added
+        first: Nova's scheduler checks the flavor's aggregate and capacity on the target)."""
         if not move.from_name or not move.to_name:
             raise UnknownResource(f"migration of {move.reservation_id}: host name unknown")
         rc = resource_class(move.reservation_id)
@@ -576,8 +646,12 @@ class OpenStackBackend(Backend):
             for s in self.conn.compute.servers(all_projects=True)
             if s.compute_host == move.from_name and _flavor_id(s) == move.reservation_id
         ]
-        if self._rc_exists(rc):
+        reserved = self._rc_exists(rc)
+        if reserved:
             self._set_inventory(move.to_name, rc, self._total(move.to_name, rc) + move.count)
+        pool = self._aggregate(move.reservation_id)
+        if pool is not None:
+            self._move_in(pool, [move.to_name], leave_freepool=False)
         for server in servers:
             self.conn.compute.live_migrate_server(server, host=move.to_name, block_migration="auto")
         deadline = time.monotonic() + self.config.server_deletion_seconds
@@ -589,12 +663,15 @@ class OpenStackBackend(Backend):
                 if now.status == "ERROR" or time.monotonic() > deadline:
                     raise RuntimeError(f"server {server.id} did not migrate to {move.to_name}")
                 time.sleep(0.2)
-        if self._rc_exists(rc):
+        if reserved:
             left = self._total(move.from_name, rc) - move.count
             if left > 0:
                 self._set_inventory(move.from_name, rc, left)
-            else:
-                self._delete_inventory(move.from_name, rc)
+                return
+            self._delete_inventory(move.from_name, rc)
+        pool = self._aggregate(move.reservation_id)
+        if pool is not None and move.from_name in (pool.hosts or []):
+            self.conn.compute.remove_host_from_aggregate(pool, move.from_name)
 
     # -- Placement -----------------------------------------------------------------------------
 
@@ -647,7 +724,11 @@ class OpenStackBackend(Backend):
         return made
 
     def _set_inventory(self, host: str, rc: str, total: int) -> None:
-        for _ in range(5):  # a concurrent writer bumps the generation: read it again
+        for attempt in range(CONFLICT_ATTEMPTS):
+            # A concurrent writer (another reservation's start, nova-compute) bumped the
+            # provider's generation: read it again, after a short random pause.
+            if attempt:
+                time.sleep(random.uniform(0, 0.05 * attempt))
             child = self._child(host)
             base = f"/resource_providers/{child['uuid']}/inventories"
             body: dict[str, Any] = {
@@ -697,6 +778,16 @@ class OpenStackBackend(Backend):
                     f"Placement DELETE {url}: {response.status_code} {response.text}"
                 )
             time.sleep(0.2)
+
+    def _holders(self, rc: str) -> set[str]:
+        """Hosts whose ``blazar_<host>`` provider has room of ``rc`` left: those the
+        reservation holds, and any a heal left it on (a failed host's inventory, which its
+        servers' allocations kept Placement from deleting then)."""
+        if not self._rc_exists(rc):
+            return set()
+        found = self._placement_get(f"/resource_providers?resources={rc}:1")
+        names = (p["name"] for p in (found or {}).get("resource_providers", []))
+        return {n.removeprefix("blazar_") for n in names if n.startswith("blazar_")}
 
     def _rc_exists(self, rc: str) -> bool:
         return self._placement_get(f"/resource_classes/{rc}") is not None

@@ -23,6 +23,8 @@ class CloudConfig:
     nova_transport_url: str = ""
     """Where Nova publishes its versioned notifications (oslo.messaging); empty: not heard."""
     nova_notification_topic: str = "versioned_notifications"
+    concurrency: int = 8
+    """Reservations of one start or end made in Nova and Placement at once."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CloudConfig:
@@ -37,4 +39,5 @@ class CloudConfig:
             project_id_key=settings.project_id_key,
             nova_transport_url=settings.nova_transport_url,
             nova_notification_topic=settings.nova_notification_topic,
+            concurrency=settings.openstack_concurrency,
         )

@@ -18,6 +18,7 @@ from climate.domain.admission import AdmissionRefused, Admitted, Refused, Reshap
 from climate.domain.requests import LeaseChanges, ReservationRequest
 from climate.domain.status import (
     EVENT_ORDER,
+    LEASE_TRANSITIONS,
     EventStatus,
     EventType,
     LeaseStatus,
@@ -135,13 +136,15 @@ class Changing(LeaseBase):
         old_end = lease.end_date
         lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
         lease.reminders = lease_rules.stored_reminders(reminders)
-        self._retime_events(lease, held, now)
+        rearmed = self._retime_events(lease, held, now)
         self._place_reminders(session, lease, reminders, old_end, held, now)
         lease.updated_at = now
         session.flush()
         if reshaped or edits:
             fairshare.admit(self.ctx, session, actor, lease, now, "update", before=before)
         self._notify(session, "lease.update", lease, now)
+        if rearmed:
+            self._notify(session, "lease.before_end.stop", lease, now)
         after = window(lease)
         changed = {
             k: [before.get(k), after.get(k)]
@@ -214,11 +217,17 @@ class Changing(LeaseBase):
         """
         held = lease_rows.hold_waiting_events(session, lease_id)
         lease = self._load(session, actor, lease_id, "blazar:leases:delete")
-        self._notify(session, "lease.delete", lease, now)
+        has_started = started(lease, held)
         record(session, now, actor, "lease.delete", lease, {"status": lease.status})
+        # As Blazar's delete_lease (its payload says so); but a start a manager has claimed runs
+        # first, and the end moved to now then takes the resources back.
+        starting = has_started and lease.status in (LeaseStatus.PENDING, LeaseStatus.STARTING)
+        if not starting and LeaseStatus.DELETING in LEASE_TRANSITIONS[LeaseStatus(lease.status)]:
+            lease.status = LeaseStatus.DELETING
+        self._notify(session, "lease.delete", lease, now)
         lease.deleted_at = now
         lease.updated_at = now
-        if not started(lease, held):
+        if not has_started:
             for event in held:
                 session.delete(event)
             check_lease_transition(lease.status, LeaseStatus.TERMINATED)
@@ -269,8 +278,9 @@ class Changing(LeaseBase):
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> None:
-        """Move the ``held`` events to the lease's dates; add a new warning if it is due again."""
+    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> bool:
+        """Move the ``held`` events to the lease's dates; add a new warning if it is due again
+        (and say so: Blazar notifies ``lease.event.before_end_lease.stop`` then)."""
         wanted = {
             EventType.START_LEASE: lease.start_date,
             EventType.END_LEASE: lease.end_date,
@@ -297,6 +307,8 @@ class Changing(LeaseBase):
             lease.events.append(
                 event(lease.id, EventType.BEFORE_END_LEASE, lease.before_end_date, now)
             )
+            return True
+        return False
 
     def _place_reminders(
         self,

@@ -105,7 +105,12 @@ def test_usage_shows_limits_and_consumption(member: httpx.Client, server: LiveSe
     assert rules["two-hosts"]["limit"] == 2 and rules["two-hosts"]["unit"] == "hosts"
     gpu = rules["gpu-days"]
     assert gpu["unit"] == "GPU-days" and gpu["limit"] == 0.5
-    assert gpu["current"] + gpu["ahead"] == pytest.approx(2 * 3 / 24, abs=1e-3)
+    lease = created.json()["lease"]
+    begin, end = (dt.datetime.fromisoformat(lease[k]) for k in ("start_date", "end_date"))
+    # Two GPUs over the lease as made ("now" to an end given to the minute).
+    assert gpu["current"] + gpu["ahead"] == pytest.approx(
+        2 * (end - begin) / dt.timedelta(days=1), abs=1e-5
+    )
     assert rules["short"]["current"] is None
     assert rules["ops-free"]["exempt"] is True
     other = member.get("/v1/policy/usage", params={"project_id": "project-b"})

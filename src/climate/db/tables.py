@@ -453,3 +453,35 @@ class HostPower(Base):
     host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
     off_at: Mapped[dt.datetime]
     on_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class RefusedDemand(Base):
+    """One reservation of a request Climate did not serve (docs/demand.md): refused at
+    admission, timed out or given up in the waiting queue, or a hold left to lapse; what was
+    asked (``resource_type``, ``count_min``-``count_max`` of ``properties``, ``params`` as
+    validated, over [start_date, end_date)), when (``at``), why (``outcome``, ``reason``,
+    ``message``) and the best counter-offer (``offer``: kind, start, end, min, max)."""
+
+    __tablename__ = "refused_demand"
+    __table_args__ = (
+        Index("ix_refused_demand_window", "start_date", "end_date"),
+        Index("ix_refused_demand_project", "project_id", "start_date"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime]
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    lease_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    lease_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    step: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    resource_type: Mapped[str] = mapped_column(String(64))
+    count_min: Mapped[int] = mapped_column(Integer)
+    count_max: Mapped[int] = mapped_column(Integer)
+    properties: Mapped[str] = mapped_column(Text)
+    params: Mapped[dict[str, Any]]
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime]
+    offer: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)

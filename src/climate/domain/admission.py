@@ -81,6 +81,8 @@ class Reshape:
     end: dt.datetime
     started: bool
     reservations: tuple[Reshaped, ...]
+    name: str = ""
+    """The lease's name (as it stood)."""
 
 
 @dataclass(frozen=True)

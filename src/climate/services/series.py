@@ -22,6 +22,7 @@ from climate.domain.admission import AdmissionRefused, Refused, SeriesRefused, S
 from climate.domain.formats import lease_date
 from climate.domain.requests import Conflicts, LeaseRequest, SeriesRequest
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
+from climate.services import demand_record as demand
 from climate.services.leases import Checked, LeaseService, offers
 
 MAX_OCCURRENCES = 100
@@ -96,6 +97,7 @@ class SeriesService:
                 made = None
                 break
         skipped = [self._explain(checks[i], error) for i, error in sorted(refused.items())]
+        demand.series_skipped(self.ctx, actor, skipped)
         if made is None:
             message = f"{len(skipped)} of {len(checks)} occurrences do not fit; nothing was created"
             raise AdmissionRefused(SeriesRefused(message, tuple(skipped)))

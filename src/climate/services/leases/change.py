@@ -27,6 +27,7 @@ from climate.domain.status import (
 )
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
 from climate.fairshare import admission as fairshare
+from climate.services import demand_record as demand
 from climate.services.leases import offers
 from climate.services.leases.admission import attempt, book
 from climate.services.leases.base import (
@@ -65,15 +66,15 @@ class Changing(LeaseBase):
             raise outcome.broken
         if not asked:
             raise NotEnoughCapacity(outcome.message)
-        raise AdmissionRefused(
-            offers.refuse_update(
-                self.ctx,
-                outcome,
-                changes,
-                asked[0],
-                lambda offered: self.would_update(actor, lease_id, offered),
-            )
+        explained = offers.refuse_update(
+            self.ctx,
+            outcome,
+            changes,
+            asked[0],
+            lambda offered: self.would_update(actor, lease_id, offered),
         )
+        demand.update_refused(self.ctx, actor, explained, asked[0])
+        raise AdmissionRefused(explained)
 
     @retry_transient
     def would_update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> bool:
@@ -373,4 +374,5 @@ def _reshape(
         end,
         active,
         tuple(Reshaped(r.id, r.resource_type, dict(r.params), sent.get(r.id)) for r in live),
+        lease.name,
     )

@@ -23,6 +23,7 @@ from climate.domain.requests import LeaseRequest, ReservationRequest
 from climate.domain.status import LeaseStatus, LeaseType, ReservationStatus
 from climate.errors import Conflict, InvalidInput
 from climate.fairshare import admission as fairshare
+from climate.services import demand_record as demand
 from climate.services.leases import offers
 from climate.services.leases.admission import attempt, book
 from climate.services.leases.base import LeaseBase, check_name, new_events, record, window
@@ -86,7 +87,11 @@ class Creating(LeaseBase):
                 raise InvalidInput("duration", "a flexible window is for scheduled leases only")
             return Trial(
                 offers.create_flexible(
-                    self.ctx, request, request.duration, lambda fixed: self.create(actor, fixed)
+                    self.ctx,
+                    actor,
+                    request,
+                    request.duration,
+                    lambda fixed: self.create(actor, fixed),
                 )
             )
         now = self.ctx.clock.now()
@@ -100,10 +105,18 @@ class Creating(LeaseBase):
         )
         if isinstance(outcome, Refused):
             if outcome.broken is not None:
+                if not request.dry_run:
+                    reserved = [(str(r.resource_type), p) for p, r in checked.prepared]
+                    asked = (checked.start, request.end)
+                    demand.rule_broken(
+                        self.ctx, actor, request.name, reserved, asked, str(outcome.broken)
+                    )
                 raise outcome.broken
-            raise AdmissionRefused(
-                offers.refuse(self.ctx, outcome, request, checked.start, checked.params, actor)
+            explained = offers.refuse(
+                self.ctx, outcome, request, checked.start, checked.params, actor
             )
+            demand.lease_refused(self.ctx, actor, explained)
+            raise AdmissionRefused(explained)
         if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
             return Trial(self._started_soon(actor, outcome.lease))
         return Trial(outcome.lease)  # fully loaded: the notification rendered all of it

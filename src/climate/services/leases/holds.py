@@ -6,11 +6,12 @@ import datetime as dt
 
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Lease
+from climate.db.tables import Lease, RefusedDemand
 from climate.domain.actor import Actor
 from climate.domain.status import LeaseStatus, ReservationStatus, check_lease_transition
 from climate.errors import Conflict
 from climate.fairshare import admission as fairshare
+from climate.services import demand_record as demand
 from climate.services.leases.base import LeaseBase, new_events, record
 
 
@@ -45,6 +46,7 @@ class Holds(LeaseBase):
 
     def _lapse(self, lease_id: str, now: dt.datetime) -> None:
         """Release an unconfirmed hold whose expiry has come."""
+        unserved: list[RefusedDemand] = []
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             lease = lease_rows.get_for_update(session, lease_id)
             if lease is None or lease.status != LeaseStatus.HELD:
@@ -60,3 +62,5 @@ class Holds(LeaseBase):
             lease.updated_at = now
             session.flush()
             self._notify(session, "lease.update", lease, now, "lease.hold.expire")
+            unserved = demand.unserved(self.ctx, lease, demand.ABANDONED, "hold_expired")
+        demand.record(self.ctx, unserved)

@@ -54,6 +54,7 @@ from climate.planner.availability import (
 from climate.planner.calendar import moment, seconds
 from climate.resources import pick
 from climate.resources.base import ResourceType
+from climate.services import demand_record as demand
 from climate.services.placing import placers, searchable
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ def _counts(params: Mapping[str, Any]) -> tuple[int, int]:
 
 def create_flexible(
     ctx: ServiceContext,
+    actor: Actor,
     request: LeaseRequest,
     length: dt.timedelta,
     create: Callable[[LeaseRequest], Lease],
@@ -243,7 +245,9 @@ def create_flexible(
                 f"{request.end.isoformat()}"
             )
             refusal = explain(ctx, request, start, start + length, params)
-            raise AdmissionRefused(LeaseRefused(message, refusal, request, tuple(params)))
+            explained = LeaseRefused(message, refusal, request, tuple(params))
+            demand.lease_refused(ctx, actor, explained)
+            raise AdmissionRefused(explained)
         window = found[0]
         return dataclasses.replace(
             request,

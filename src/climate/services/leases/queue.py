@@ -9,10 +9,11 @@ from sqlalchemy.orm import Session
 
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Lease
+from climate.db.tables import Lease, RefusedDemand
 from climate.domain.admission import Refused
 from climate.domain.status import LeaseStatus, LeaseType, check_lease_transition
 from climate.fairshare import admission as fairshare
+from climate.services import demand_record as demand
 from climate.services.leases.admission import attempt, book
 from climate.services.leases.base import new_events
 from climate.services.leases.holds import Holds
@@ -91,6 +92,7 @@ class Queue(Holds):
         self.ctx.events_changed(session, now)
 
     def _refused(self, lease_id: str, reason: str, now: dt.datetime) -> None:
+        unserved: list[RefusedDemand] = []
         with self.ctx.db.transaction() as session:
             lease = lease_rows.get_for_update(session, lease_id)
             if lease is None or lease.status != LeaseStatus.IN_PROGRESS:
@@ -106,12 +108,15 @@ class Queue(Holds):
                 lease.next_attempt_at = None
                 lease.status_reason = f"refused {lease.attempts} time(s); last: {reason}"
                 self._notify(session, "lease.error", lease, now)
+                unserved = demand.unserved(self.ctx, lease, demand.GAVE_UP, "attempts")
             else:
                 lease.next_attempt_at = now + self._retry_interval
                 lease_rows.signal_event_change(session, lease.next_attempt_at)
+        demand.record(self.ctx, unserved)
 
     def _give_up(self, lease_id: str, status: LeaseStatus, reason: str) -> None:
         now = self.ctx.clock.now()
+        unserved: list[RefusedDemand] = []
         with self.ctx.db.transaction() as session:
             lease = lease_rows.get_for_update(session, lease_id)
             if lease is None or lease.status != LeaseStatus.IN_PROGRESS:
@@ -121,3 +126,5 @@ class Queue(Holds):
             lease.status_reason = f"{reason}; last refusal: {lease.status_reason}"
             lease.updated_at = now
             self._notify(session, "lease.error", lease, now)
+            unserved = demand.unserved(self.ctx, lease, demand.TIMED_OUT, "deadline")
+        demand.record(self.ctx, unserved)

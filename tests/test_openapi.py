@@ -184,6 +184,8 @@ def call_every_operation(call: Conformance) -> None:
     call("GET", "/metrics", 200)
     call("GET", "/v1/usage", 200, params={"period": "day"})
     call("GET", "/v1/usage", 400, params={"period": "week"})
+    call("GET", "/v1/demand", 200, params={"period": "day"})
+    call("GET", "/v1/demand", 400, params={"bucket": "week"})
     gpu = call("POST", "/v1/os-hosts", 201, json={"name": "c1", "gpu": "a100", "vcpus": 4})
     plain = call("POST", "/v1/os-hosts", 201, json={"name": "c2", "rack": 7, "cpu_info": "{}"})
     call("POST", "/v1/os-hosts", 409, json={"name": "c1"})

@@ -18,6 +18,7 @@ from climate import __version__, metrics, wire
 from climate.api import (
     audit,
     availability,
+    demand,
     hosts,
     instances,
     items,
@@ -46,6 +47,7 @@ from climate.fairshare.report import UsageService as RulesUsageService
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
+from climate.services.demand import DemandService
 from climate.services.healing import HealingService
 from climate.services.health import HealthService
 from climate.services.hosts import HostService
@@ -138,6 +140,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.reservation_actions = ReservationActionService(ctx, backend)
     app.state.health = HealthService(ctx)
     app.state.usage = UsageService(ctx)
+    app.state.demand = DemandService(ctx)
     app.state.rules_usage = RulesUsageService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
@@ -156,6 +159,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(policy.router)
     app.include_router(ops.router)
     app.include_router(usage.router)
+    app.include_router(demand.router)
     app.add_middleware(OpenStackHeaders)
     app.add_middleware(ObservedRequests)
 

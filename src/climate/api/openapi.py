@@ -19,6 +19,7 @@ from starlette.routing import compile_path
 
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.api.schemas import schemas as request_models
+from climate.api.schemas.demand import DemandResponse
 from climate.api.schemas.ops import Health, Readiness
 from climate.api.schemas.power import PowerAnswer
 from climate.api.schemas.ui import TimelineAnswer
@@ -1202,7 +1203,7 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 SCHEMAS.update(ITEM_SCHEMAS)
 SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer))
 SCHEMAS.update(_pydantic_schemas(TimelineAnswer))
-SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse))
+SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse, DemandResponse))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -1251,6 +1252,7 @@ _ANSWERS: dict[str, JsonSchema] = {
     "health": _ref("Health"),
     "readiness": _ref("Readiness"),
     "billing": _ref("UsageResponse"),
+    "demand": _ref("DemandResponse"),
     "metrics": {"type": "string", "description": "Prometheus's text exposition format"},
     "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
     "allocation": _wrapped("allocation", _ref("HostAllocation")),
@@ -1460,6 +1462,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
     ("GET", "/v1/usage"): Operation(
         (200, "billing"), _V1, media_types=("application/json", "text/csv")
+    ),
+    ("GET", "/v1/demand"): Operation(
+        (200, "demand"), _V1, media_types=("application/json", "text/csv")
     ),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),

@@ -1,0 +1,129 @@
+"""Replaying refused demand: how many more hosts like a template would have admitted a share of
+the requests refused over a period (docs/demand.md). Pure: no I/O.
+
+The replay keeps every admitted allocation where it is, then takes the refused requests in the
+order they were asked and admits each one if at least its ``min`` hosts it matches are free for
+its whole window, among the real hosts and ``extra`` synthetic copies of the template host,
+granting as many as are free up to its ``max`` (real hosts first, lowest position first, then
+the copies). Time is cut at every start and end that occurs (coordinate compression), so the
+replay is exact to the second, with half-open windows as admission has them.
+
+Admission here is greedy, so one more host need not admit more requests (an earlier request
+admitted thanks to it may take what a later one needed): ``least_extra`` therefore tries every
+``extra`` from 0 up, never a bisection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+MOST_EXTRA = 1000
+"""``least_extra`` looks no further than this many extra hosts."""
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One refused request for whole hosts, as replayed."""
+
+    start: float
+    end: float
+    """Seconds since the epoch, [start, end)."""
+    min: int
+    max: int
+    hosts: frozenset[int]
+    """The real hosts it matches."""
+    extra: bool
+    """Whether the template (so every synthetic copy of it) matches it."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    busy: Mapping[int, Sequence[tuple[float, float]]]
+    """Each real host's admitted allocations, [start, end) in seconds; a host missing here is
+    free throughout."""
+    wanted: Sequence[Wanted]
+    """The refused requests, in the order they were asked."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    extra: int | None
+    """The fewest extra hosts with which at least ``needed`` requests are admitted; None: more
+    than ``most``."""
+    needed: int
+    """Requests to admit: the target share of those the template matches, rounded up."""
+    admitted: int
+    """Of those, admitted with ``extra`` hosts (with the most tried if ``extra`` is None)."""
+    admitted_without: int
+    """Of those, admitted with no extra host (admitted allocations may have gone since)."""
+
+
+def _grid(replay: Replay) -> tuple[list[int], npt.NDArray[np.float64]]:
+    """The real hosts that matter (those some request matches), and every instant that cuts
+    time."""
+    hosts = sorted(set().union(*(w.hosts for w in replay.wanted))) if replay.wanted else []
+    points = {p for w in replay.wanted for p in (w.start, w.end)}
+    for host in hosts:
+        for start, end in replay.busy.get(host, ()):
+            points.update((start, end))
+    return hosts, np.array(sorted(points), dtype=np.float64)
+
+
+def cells(replay: Replay, extra: int) -> int:
+    """How many booleans a replay with ``extra`` hosts holds (its memory, in bytes)."""
+    hosts, points = _grid(replay)
+    return (len(hosts) + extra) * max(0, len(points) - 1)
+
+
+def admitted(replay: Replay, extra: int) -> list[bool]:
+    """Per refused request, in order, whether the replay with ``extra`` hosts admits it."""
+    hosts, points = _grid(replay)
+    row = {host: i for i, host in enumerate(hosts)}
+    spans = max(0, len(points) - 1)
+    taken = np.zeros((len(hosts) + extra, spans), dtype=np.bool_)
+    for host in hosts:
+        for start, end in replay.busy.get(host, ()):
+            first, last = np.searchsorted(points, (start, end))
+            taken[row[host], first:last] = True
+    copies = np.arange(len(hosts), len(hosts) + extra, dtype=np.int64)
+    found: list[bool] = []
+    for w in replay.wanted:
+        rows = np.array(sorted(row[h] for h in w.hosts), dtype=np.int64)
+        if w.extra:
+            rows = np.concatenate([rows, copies])
+        first, last = np.searchsorted(points, (w.start, w.end))
+        free = rows[~taken[rows, first:last].any(axis=1)] if last > first else rows[:0]
+        fits = last > first and len(free) >= w.min
+        if fits:
+            taken[free[: w.max], first:last] = True
+        found.append(bool(fits))
+    return found
+
+
+def least_extra(replay: Replay, percent: int, most: int = MOST_EXTRA) -> Plan:
+    """The fewest extra hosts (0 to ``most``) with which at least ``percent`` % (by count) of
+    the refused requests the template matches are admitted. Every refused request is replayed
+    (the others compete for the real hosts), but only those are counted.
+
+    Past the sum of their ``max`` nothing changes: each of them then fits on the copies alone
+    and every grant is the same, so the search stops there."""
+    counted = [w.extra for w in replay.wanted]
+    needed = math.ceil(percent * sum(counted) / 100)
+    without = _count(admitted(replay, 0), counted)
+    if without >= needed:
+        return Plan(0, needed, without, without)
+    count = without
+    for extra in range(1, min(most, sum(w.max for w in replay.wanted if w.extra)) + 1):
+        count = _count(admitted(replay, extra), counted)
+        if count >= needed:
+            return Plan(extra, needed, count, without)
+    return Plan(None, needed, count, without)
+
+
+def _count(found: Sequence[bool], counted: Sequence[bool]) -> int:
+    return sum(f and c for f, c in zip(found, counted, strict=True))

@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
             "ui",
             "rules",
             "ops",
+            "demand",
             "all",
         ],
         default="all",
@@ -488,6 +489,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_ops(ops)
         targets += ops_targets(ops)
         results["scenarios"]["ops"] = ops
+    if args.scenario == "demand":  # not part of "all": seeds 10,000 leases and 2,000 refusals
+        from bench.demand import demand_targets, print_demand, run_demand
+
+        found = run_demand(args.db)
+        print_demand(found)
+        targets += demand_targets(found)
+        results["scenarios"]["demand"] = found
     if args.scenario == "growth":  # not part of "all": see bench/README.md
         growth = run_growth()
         print_growth(growth)

@@ -76,13 +76,13 @@ def replays(draw: st.DrawFn) -> Replay:
     return Replay(busy, draw(st.lists(wanted(), max_size=6)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(replays(), st.integers(min_value=0, max_value=4))
 def test_the_replay_admits_what_the_oracle_admits(replay: Replay, extra: int) -> None:
     assert admitted(replay, extra) == oracle_admitted(replay, extra)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(replays(), st.integers(min_value=1, max_value=100))
 def test_the_least_extra_is_the_oracles_least_k(replay: Replay, percent: int) -> None:
     plan = least_extra(replay, percent)

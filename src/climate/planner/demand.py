@@ -63,44 +63,81 @@ class Plan:
     """Of those, admitted with no extra host (admitted allocations may have gone since)."""
 
 
-def _grid(replay: Replay) -> tuple[list[int], npt.NDArray[np.float64]]:
-    """The real hosts that matter (those some request matches), and every instant that cuts
-    time."""
+@dataclass(frozen=True)
+class _Prepared:
+    """What every replay of ``Replay`` shares: the real hosts that matter (those some request
+    matches), the instants that cut time, the real hosts' admitted allocations as a busy
+    matrix (host x span between instants), and per request its span range and matched rows."""
+
+    hosts: list[int]
+    points: npt.NDArray[np.float64]
+    base: npt.NDArray[np.bool_]
+    spans: list[tuple[int, int]]
+    masks: list[npt.NDArray[np.bool_]]
+
+
+def _prepare(replay: Replay) -> _Prepared:
     hosts = sorted(set().union(*(w.hosts for w in replay.wanted))) if replay.wanted else []
-    points = {p for w in replay.wanted for p in (w.start, w.end)}
+    instants = {p for w in replay.wanted for p in (w.start, w.end)}
     for host in hosts:
         for start, end in replay.busy.get(host, ()):
-            points.update((start, end))
-    return hosts, np.array(sorted(points), dtype=np.float64)
+            instants.update((start, end))
+    points = np.array(sorted(instants), dtype=np.float64)
+    row = {host: i for i, host in enumerate(hosts)}
+    base = np.zeros((len(hosts), max(0, len(points) - 1)), dtype=np.bool_)
+    for host in hosts:
+        for start, end in replay.busy.get(host, ()):
+            first, last = np.searchsorted(points, (start, end))
+            base[row[host], first:last] = True
+    known: dict[frozenset[int], npt.NDArray[np.bool_]] = {}
+    masks = []
+    for w in replay.wanted:
+        mask = known.get(w.hosts)
+        if mask is None:
+            mask = known[w.hosts] = np.zeros(len(hosts), dtype=np.bool_)
+            mask[[row[h] for h in w.hosts]] = True
+        masks.append(mask)
+    spans = [
+        (int(first), int(last))
+        for first, last in (np.searchsorted(points, (w.start, w.end)) for w in replay.wanted)
+    ]
+    return _Prepared(hosts, points, base, spans, masks)
 
 
 def cells(replay: Replay, extra: int) -> int:
     """How many booleans a replay with ``extra`` hosts holds (its memory, in bytes)."""
-    hosts, points = _grid(replay)
-    return (len(hosts) + extra) * max(0, len(points) - 1)
+    hosts = set().union(*(w.hosts for w in replay.wanted)) if replay.wanted else set()
+    instants = {p for w in replay.wanted for p in (w.start, w.end)}
+    for host in hosts:
+        for start, end in replay.busy.get(host, ()):
+            instants.update((start, end))
+    return (len(hosts) + extra) * max(0, len(instants) - 1)
 
 
 def admitted(replay: Replay, extra: int) -> list[bool]:
     """Per refused request, in order, whether the replay with ``extra`` hosts admits it."""
-    hosts, points = _grid(replay)
-    row = {host: i for i, host in enumerate(hosts)}
-    spans = max(0, len(points) - 1)
-    taken = np.zeros((len(hosts) + extra, spans), dtype=np.bool_)
-    for host in hosts:
-        for start, end in replay.busy.get(host, ()):
-            first, last = np.searchsorted(points, (start, end))
-            taken[row[host], first:last] = True
-    copies = np.arange(len(hosts), len(hosts) + extra, dtype=np.int64)
+    return _admitted(replay, _prepare(replay), extra)
+
+
+def _admitted(replay: Replay, prepared: _Prepared, extra: int) -> list[bool]:
+    real = len(prepared.hosts)
+    # Span x host: a window's rows are one contiguous block.
+    taken = np.zeros((prepared.base.shape[1], real + extra), dtype=np.bool_)
+    taken[:, :real] = prepared.base.T
+    widened: dict[tuple[int, bool], npt.NDArray[np.bool_]] = {}
     found: list[bool] = []
-    for w in replay.wanted:
-        rows = np.array(sorted(row[h] for h in w.hosts), dtype=np.int64)
-        if w.extra:
-            rows = np.concatenate([rows, copies])
-        first, last = np.searchsorted(points, (w.start, w.end))
-        free = rows[~taken[rows, first:last].any(axis=1)] if last > first else rows[:0]
-        fits = last > first and len(free) >= w.min
+    for w, mask, (first, last) in zip(replay.wanted, prepared.masks, prepared.spans, strict=True):
+        if last <= first:
+            found.append(False)
+            continue
+        key = (id(mask), w.extra)
+        rows = widened.get(key)
+        if rows is None:
+            rows = widened[key] = np.concatenate([mask, np.full(extra, w.extra)])
+        free = np.flatnonzero(rows & ~taken[first:last].any(axis=0))
+        fits = len(free) >= w.min
         if fits:
-            taken[free[: w.max], first:last] = True
+            taken[first:last, free[: w.max]] = True
         found.append(bool(fits))
     return found
 
@@ -114,12 +151,13 @@ def least_extra(replay: Replay, percent: int, most: int = MOST_EXTRA) -> Plan:
     and every grant is the same, so the search stops there."""
     counted = [w.extra for w in replay.wanted]
     needed = math.ceil(percent * sum(counted) / 100)
-    without = _count(admitted(replay, 0), counted)
+    prepared = _prepare(replay)
+    without = _count(_admitted(replay, prepared, 0), counted)
     if without >= needed:
         return Plan(0, needed, without, without)
     count = without
     for extra in range(1, min(most, sum(w.max for w in replay.wanted if w.extra)) + 1):
-        count = _count(admitted(replay, extra), counted)
+        count = _count(_admitted(replay, prepared, extra), counted)
         if count >= needed:
             return Plan(extra, needed, count, without)
     return Plan(None, needed, count, without)

@@ -10,7 +10,9 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
+from climate.config import Settings
 from climate.db import demand as demand_rows
+from climate.db.engine import Database
 from climate.db.tables import RefusedDemand
 from climate.domain.admission import AdmissionRefused
 from climate.domain.clock import ManualClock
@@ -21,7 +23,8 @@ from climate.domain.requests import (
     SeriesRequest,
 )
 from climate.domain.status import LeaseType
-from climate.runtime import build_workers
+from climate.errors import UsageRuleBroken
+from climate.runtime import build_context, build_workers
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
@@ -148,3 +151,24 @@ def test_a_failure_to_record_never_turns_a_refusal_into_an_error(
     assert "could not record 1 row(s) of refused demand" in caplog.text
     monkeypatch.undo()
     assert recorded(ctx) == []
+
+
+def test_a_usage_rule_refusal_is_recorded_with_its_reason(
+    settings: Settings, db: Database, clock: ManualClock, hosts: HostService
+) -> None:
+    rule = {"name": "mine", "kind": "concurrent", "unit": "hosts", "limit": 1}
+    ctx = build_context(settings.model_copy(update={"usage_rules": (rule,)}), db, clock)
+    add_hosts(hosts, 2)
+    leases = LeaseService(ctx)
+    leases.create(ALICE, host_request("first", T0 + HOUR, T0 + 2 * HOUR))
+    with pytest.raises(UsageRuleBroken):
+        leases.create(ALICE, host_request("second", T0 + HOUR, T0 + 2 * HOUR))
+    [row] = recorded(ctx)
+    assert (row.lease_name, row.step, row.outcome, row.reason, row.offer) == (
+        "second",
+        "create",
+        "refused",
+        "usage_rule",
+        None,
+    )
+    assert row.message.startswith("usage rule 'mine'")

@@ -4,8 +4,9 @@ queue books its reservations through ``book``, in a transaction run by ``attempt
 Checks of a whole shape that need no more than it would go at the top of ``book``. Usage rules
 need more (the actor, the step, the lease before a change): each use case judges its lease
 right after ``book`` (``fairshare.admit``); their refusal, a ``UsageRuleBroken``, comes back on
-the ``Refused`` value as it is. What to do with a refused admission (recording refused demand)
-goes in ``attempt``, where the refusal becomes a value, after its transaction has rolled back.
+the ``Refused`` value as it is. Refused demand is recorded by each use case once the refusal is
+explained (``services.demand_record``): the record wants the actor, the request and the best
+counter-offer, which ``attempt`` does not have.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ def attempt(
         with ctx.db.transaction(lock=lock, rollback=rollback) as session:
             written = write(session)
     except NotEnoughCapacity as refused:
-        # Hook: what a refused admission also does (recording refused demand) goes here.
         broken = refused if isinstance(refused, UsageRuleBroken) else None
         return Refused(str(refused), broken)
     return Admitted(written)

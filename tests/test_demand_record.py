@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -19,6 +20,7 @@ from climate.domain.clock import ManualClock
 from climate.domain.requests import (
     Conflicts,
     LeaseChanges,
+    LeaseRequest,
     ReservationRequest,
     SeriesRequest,
 )
@@ -31,6 +33,7 @@ from climate.services.leases import LeaseService
 from climate.services.series import SeriesService
 from tests.conftest import ALICE, BOB, T0
 from tests.helpers import add_hosts, host_request
+from tests.test_flexible import flexible
 
 HOUR = dt.timedelta(hours=1)
 
@@ -172,3 +175,26 @@ def test_a_usage_rule_refusal_is_recorded_with_its_reason(
         None,
     )
     assert row.message.startswith("usage rule 'mine'")
+
+
+def test_a_flexible_window_is_recorded_once_when_nothing_fits_and_not_when_raced(
+    ctx: ServiceContext, leases: LeaseService, one_host: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(AdmissionRefused):
+        leases.create(ALICE, flexible("none", T0 + HOUR, T0 + 3 * HOUR, 2 * HOUR))
+    [row] = recorded(ctx)
+    assert (row.lease_name, row.start_date, row.end_date) == ("none", T0 + HOUR, T0 + 3 * HOUR)
+    create = leases.create
+    raced: list[bool] = []
+
+    def bob_first(actor: Any, request: LeaseRequest) -> Any:
+        """Bob takes the chosen window between Alice's search and her admission, once."""
+        if request.duration is None and not raced:
+            raced.append(True)
+            create(BOB, host_request("bob-2", request.start, request.end))
+        return create(actor, request)
+
+    monkeypatch.setattr(leases, "create", bob_first)
+    lease = leases.create(ALICE, flexible("raced", T0, T0 + 10 * HOUR, HOUR))
+    assert raced and lease.start_date == T0 + 3 * HOUR  # bob took 12:00, the occupant 13-15
+    assert [r.lease_name for r in recorded(ctx)] == ["none"]  # the raced try is not demand

@@ -115,7 +115,8 @@ class Creating(LeaseBase):
             explained = offers.refuse(
                 self.ctx, outcome, request, checked.start, checked.params, actor
             )
-            demand.lease_refused(self.ctx, actor, explained)
+            if request.requested_window is None:  # a flexible window's tries: its caller records
+                demand.lease_refused(self.ctx, actor, explained)
             raise AdmissionRefused(explained)
         if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
             return Trial(self._started_soon(actor, outcome.lease))

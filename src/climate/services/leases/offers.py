@@ -261,7 +261,13 @@ def create_flexible(
         fixed = chosen()
         with contextlib.suppress(NotEnoughCapacity):  # another lease took it meanwhile
             return create(fixed)
-    return create(chosen())
+    fixed = chosen()
+    try:
+        return create(fixed)
+    except AdmissionRefused as refused:  # only the last try is refused demand
+        if isinstance(refused.refused, LeaseRefused):
+            demand.lease_refused(ctx, actor, refused.refused)
+        raise
 
 
 # -- refused updates -------------------------------------------------------------------------

@@ -66,11 +66,10 @@ class Plan:
 @dataclass(frozen=True)
 class _Prepared:
     """What every replay of ``Replay`` shares: the real hosts that matter (those some request
-    matches), the instants that cut time, the real hosts' admitted allocations as a busy
-    matrix (host x span between instants), and per request its span range and matched rows."""
+    matches), their admitted allocations as a busy matrix (host x span between the instants
+    that cut time), and per request its span range and matched rows."""
 
     hosts: list[int]
-    points: npt.NDArray[np.float64]
     base: npt.NDArray[np.bool_]
     spans: list[tuple[int, int]]
     masks: list[npt.NDArray[np.bool_]]
@@ -101,7 +100,7 @@ def _prepare(replay: Replay) -> _Prepared:
         (int(first), int(last))
         for first, last in (np.searchsorted(points, (w.start, w.end)) for w in replay.wanted)
     ]
-    return _Prepared(hosts, points, base, spans, masks)
+    return _Prepared(hosts, base, spans, masks)
 
 
 def cells(replay: Replay, extra: int) -> int:

@@ -87,7 +87,13 @@ def test_the_replay_admits_what_the_oracle_admits(replay: Replay, extra: int) ->
 def test_the_least_extra_is_the_oracles_least_k(replay: Replay, percent: int) -> None:
     plan = least_extra(replay, percent)
     assert plan.extra == oracle_least(replay, percent)
-    assert plan.admitted >= plan.needed
+    counted = [w.extra for w in replay.wanted]
+
+    def count(extra: int) -> int:
+        return sum(a and c for a, c in zip(oracle_admitted(replay, extra), counted, strict=True))
+
+    assert plan.needed == math.ceil(percent * sum(counted) / 100)
+    assert (plan.admitted, plan.admitted_without) == (count(plan.extra), count(0))
 
 
 def test_one_more_host_may_admit_fewer_so_every_k_is_tried() -> None:

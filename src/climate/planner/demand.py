@@ -115,36 +115,46 @@ def cells(replay: Replay, extra: int) -> int:
 
 def admitted(replay: Replay, extra: int) -> list[bool]:
     """Per refused request, in order, whether the replay with ``extra`` hosts admits it."""
-    return _admitted(replay, _prepare(replay), extra)
+    found = _admitted(replay, _prepare(replay), extra)
+    assert found is not None  # without ``spare`` it runs to the end
+    return found
 
 
-def _admitted(replay: Replay, prepared: _Prepared, extra: int) -> list[bool]:
+def _admitted(
+    replay: Replay, prepared: _Prepared, extra: int, spare: int | None = None
+) -> list[bool] | None:
+    """As ``admitted``; None as soon as more than ``spare`` counted requests (those the
+    template matches) are refused: the target is then out of reach."""
     real = len(prepared.hosts)
     # Span x host: a window's rows are one contiguous block.
     taken = np.zeros((prepared.base.shape[1], real + extra), dtype=np.bool_)
     taken[:, :real] = prepared.base.T
     widened: dict[tuple[int, bool], npt.NDArray[np.bool_]] = {}
     found: list[bool] = []
+    refused = 0
     for w, mask, (first, last) in zip(replay.wanted, prepared.masks, prepared.spans, strict=True):
-        if last <= first:
-            found.append(False)
-            continue
-        key = (id(mask), w.extra)
-        rows = widened.get(key)
-        if rows is None:
-            rows = widened[key] = np.concatenate([mask, np.full(extra, w.extra)])
-        free = np.flatnonzero(rows & ~taken[first:last].any(axis=0))
-        fits = len(free) >= w.min
-        if fits:
-            taken[first:last, free[: w.max]] = True
+        fits = False
+        if last > first:
+            key = (id(mask), w.extra)
+            rows = widened.get(key)
+            if rows is None:
+                rows = widened[key] = np.concatenate([mask, np.full(extra, w.extra)])
+            free = np.flatnonzero(rows & ~taken[first:last].any(axis=0))
+            fits = len(free) >= w.min
+            if fits:
+                taken[first:last, free[: w.max]] = True
         found.append(bool(fits))
+        refused += w.extra and not fits
+        if spare is not None and refused > spare:
+            return None
     return found
 
 
 def least_extra(replay: Replay, percent: int, most: int = MOST_EXTRA) -> Plan:
     """The fewest extra hosts (0 to ``most``) with which at least ``percent`` % (by count) of
     the refused requests the template matches are admitted. Every refused request is replayed
-    (the others compete for the real hosts), but only those are counted.
+    (the others compete for the real hosts), but only those are counted; a try stops as soon
+    as too many of them are refused.
 
     Past the sum of their ``max`` nothing changes: each of them then fits on the copies alone
     and every grant is the same, so the search stops there."""
@@ -154,13 +164,14 @@ def least_extra(replay: Replay, percent: int, most: int = MOST_EXTRA) -> Plan:
     without = _count(_admitted(replay, prepared, 0), counted)
     if without >= needed:
         return Plan(0, needed, without, without)
-    count = without
-    for extra in range(1, min(most, sum(w.max for w in replay.wanted if w.extra)) + 1):
-        count = _count(_admitted(replay, prepared, extra), counted)
-        if count >= needed:
-            return Plan(extra, needed, count, without)
-    return Plan(None, needed, count, without)
+    last = min(most, sum(w.max for w in replay.wanted if w.extra))
+    for extra in range(1, last + 1):
+        found = _admitted(replay, prepared, extra, sum(counted) - needed)
+        if found is not None:
+            return Plan(extra, needed, _count(found, counted), without)
+    return Plan(None, needed, _count(_admitted(replay, prepared, last), counted), without)
 
 
-def _count(found: Sequence[bool], counted: Sequence[bool]) -> int:
+def _count(found: Sequence[bool] | None, counted: Sequence[bool]) -> int:
+    assert found is not None  # a replay without ``spare`` runs to the end
     return sum(f and c for f, c in zip(found, counted, strict=True))

@@ -28,10 +28,12 @@ from climate.domain.status import LeaseType
 from climate.errors import UsageRuleBroken
 from climate.runtime import build_context, build_workers
 from climate.services.context import ServiceContext
+from climate.services.demand import DemandService, Question
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from climate.services.series import SeriesService
-from tests.conftest import ALICE, BOB, T0
+from climate.services.usage import window
+from tests.conftest import ADMIN, ALICE, BOB, T0
 from tests.helpers import add_hosts, host_request
 from tests.test_flexible import flexible
 
@@ -97,6 +99,24 @@ def test_a_refused_update_and_series_occurrences_are_recorded(
     assert (update.step, update.lease_id, update.lease_name) == ("update", mine.id, "mine")
     assert (update.start_date, update.end_date) == (T0 + 2 * HOUR, T0 + 5 * HOUR)
     assert update.offer is not None
+    asked = window(None, T0, T0 + 24 * HOUR, T0, 400)
+    [before] = [
+        a
+        for a in DemandService(ctx).report(ADMIN, asked, Question()).refusals
+        if a.row.id == update.id
+    ]
+    assert before.taken is False
+    offered = LeaseChanges(
+        start=dt.datetime.fromisoformat(update.offer["start"]),
+        end=dt.datetime.fromisoformat(update.offer["end"]),
+    )
+    leases.update(ALICE, mine.id, offered)  # the offer taken: the report says so
+    [after] = [
+        a
+        for a in DemandService(ctx).report(ADMIN, asked, Question()).refusals
+        if a.row.id == update.id
+    ]
+    assert after.taken is True
     assert (occurrence.step, occurrence.reason) == ("series", "too_few_free")
     assert occurrence.start_date == T0 + 2 * HOUR
 

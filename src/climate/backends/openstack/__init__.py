@@ -576,31 +576,54 @@ class OpenStackBackend(Backend):
         their Placement allocations: only the project's access to the flavor and the aggregate
         go; the flavor, group and inventory stay until ``Acknowledge`` deletes the servers."""
         rid = h.reservation_id
-        if h.resource_type == INSTANCES:
-            flavor = self._find_flavor(rid)
-            if flavor is not None:
-                try:
-                    self.conn.compute.flavor_remove_tenant_access(flavor, h.project_id)
-                except Exception as exc:
-                    if "404" not in str(exc) and "not found" not in str(exc).lower():
-                        raise
-                if not keep:
-                    self.conn.compute.delete_flavor(flavor, ignore_missing=True)
-            if not keep:
-                for group in self.conn.compute.server_groups(all_projects=True):
-                    if group.name == f"{RESERVATION_PREFIX}:{rid}":
-                        self.conn.compute.delete_server_group(group, ignore_missing=True)
-                rc = resource_class(rid)
-                for host in sorted(set(_slots(h)) | self._holders(rc)):
-                    self._delete_inventory(host, rc)
-                self._placement_delete(f"/resource_classes/{rc}")
-            aggregate = self._aggregate(rid)
-            if aggregate is not None:
-                for host in list(aggregate.hosts or []):
-                    aggregate = self.conn.compute.remove_host_from_aggregate(aggregate, host)
-                self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
-        elif h.resource_type == HOSTS:
+        if h.resource_type == HOSTS:
             self._dissolve(rid)
+        if h.resource_type != INSTANCES:
+            return
+        # Each part is undone even where another fails (Placement down must not leave Nova's
+        # flavor and aggregate behind); the first failure is raised after all were tried.
+        steps: list[Callable[[], None]] = [lambda: self._drop_flavor(h, keep=keep)]
+        if not keep:
+            steps += [lambda: self._drop_server_group(rid), lambda: self._drop_inventory(h)]
+        steps.append(lambda: self._drop_aggregate(rid))
+        failures: list[Exception] = []
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def _drop_flavor(self, h: Handover, *, keep: bool) -> None:
+        flavor = self._find_flavor(h.reservation_id)
+        if flavor is None:
+            return
+        try:
+            self.conn.compute.flavor_remove_tenant_access(flavor, h.project_id)
+        except Exception as exc:
+            if "404" not in str(exc) and "not found" not in str(exc).lower():
+                raise
+        if not keep:
+            self.conn.compute.delete_flavor(flavor, ignore_missing=True)
+
+    def _drop_server_group(self, rid: str) -> None:
+        for group in self.conn.compute.server_groups(all_projects=True):
+            if group.name == f"{RESERVATION_PREFIX}:{rid}":
+                self.conn.compute.delete_server_group(group, ignore_missing=True)
+
+    def _drop_inventory(self, h: Handover) -> None:
+        rc = resource_class(h.reservation_id)
+        for host in sorted(set(_slots(h)) | self._holders(rc)):
+            self._delete_inventory(host, rc)
+        self._placement_delete(f"/resource_classes/{rc}")
+
+    def _drop_aggregate(self, rid: str) -> None:
+        aggregate = self._aggregate(rid)
+        if aggregate is not None:
+            for host in list(aggregate.hosts or []):
+                aggregate = self.conn.compute.remove_host_from_aggregate(aggregate, host)
+            self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
 
     # -- servers -------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, object_session
@@ -13,10 +14,14 @@ from climate.config import Settings
 from climate.db import leases as lease_rows
 from climate.db.engine import Database
 from climate.db.tables import Host, Lease, Reservation
+from climate.domain.actor import Actor
 from climate.domain.clock import Clock
 from climate.errors import InvalidInput
+from climate.keystone import Trusts
 from climate.policy import Policy, load_policy
 from climate.resources.base import ResourceType, end_policy_of, start_policy_of
+
+log = logging.getLogger(__name__)
 
 
 def _nothing(_earliest: dt.datetime) -> None:
@@ -32,6 +37,8 @@ class ServiceContext:
     wake_manager: Callable[[dt.datetime], None] = field(default=_nothing)
     """Called after a commit that added or moved events, with the earliest of them (an
     in-process manager wakes at once if that is before what it is waiting for)."""
+    trusts: Trusts | None = None
+    """Keystone trusts from lessees (``auth = "keystone"`` with the ``openstack`` backend)."""
     policy: Policy = field(init=False)
     """The defaults with the operator's ``policy_file`` on top; a bad file fails here."""
 
@@ -55,7 +62,33 @@ class ServiceContext:
             end_policy=end_policy_of(reservation.params),
             hosts=_host_names(reservation, resource_ids),
             params=dict(reservation.params),
+            trust_id=lease.trust_id,
         )
+
+    def delegate(self, actor: Actor, resource_types: Iterable[str | None]) -> str | None:
+        """A trust from ``actor`` to the service user, made where a lease of these resource
+        types has the backend act in the lessee's project (``ResourceType.acts_for_lessee``) and
+        the actor came with a Keystone token; None otherwise. A trust Keystone refuses is
+        logged and the lease goes on without one, as with no Keystone at all."""
+        if self.trusts is None or actor.token is None:
+            return None
+        kinds = [self.resource_types.get(t or "") for t in resource_types]
+        if not any(kind is not None and kind.acts_for_lessee for kind in kinds):
+            return None
+        try:
+            return self.trusts.create(actor.token, actor.user_id, actor.project_id, actor.roles)
+        except Exception:
+            log.warning("no Keystone trust from user %s", actor.user_id, exc_info=True)
+            return None
+
+    def forget_trust(self, trust_id: str | None) -> None:
+        """Drop a trust the lease no longer needs; a failure is logged, nothing more."""
+        if self.trusts is None or trust_id is None:
+            return
+        try:
+            self.trusts.delete(trust_id)
+        except Exception:
+            log.warning("Keystone trust %s not deleted", trust_id, exc_info=True)
 
     def events_changed(self, session: Session, earliest: dt.datetime) -> None:
         """Events now wait from ``earliest`` on: at commit, tell the managers of other processes

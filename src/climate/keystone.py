@@ -8,8 +8,9 @@ named) and logs the service user in once when the API starts (a wrong one stops 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from climate.errors import InvalidInput
 
@@ -163,3 +164,87 @@ def log_in(credentials: ServiceCredentials, timeout: float) -> None:
         ) from None
     except ksa_exceptions.ClientException as exc:
         raise InvalidInput(_name("auth_url"), f"Keystone at {url} answered: {exc}") from None
+
+
+def trust_scoped(credentials: ServiceCredentials, trust_id: str) -> dict[str, str] | None:
+    """The service user's ``auth`` options scoped to ``trust_id`` instead of its project (a trust
+    carries its own project); None for an application credential, which cannot use a trust."""
+    if credentials.auth_type not in PASSWORD:
+        return None
+    auth = {k: v for k, v in credentials.auth.items() if not k.startswith("project_")}
+    auth["trust_id"] = trust_id
+    return auth
+
+
+class Trusts:
+    """Keystone trusts from a lessee to the service user, as Blazar makes one for each lease
+    (``blazar.utils.trusts.create_trust``): impersonation, the lessee's roles on the lease's
+    project. Through it the backend acts in the lessee's project where Nova scopes a thing to
+    the project that made it (an instance reservation's server group, which the lessee then
+    names in a ``group`` scheduler hint)."""
+
+    def __init__(self, credentials: ServiceCredentials, timeout: float) -> None:
+        self.credentials = credentials
+        self.timeout = timeout
+        self._service: Any = None
+
+    def _endpoint(self) -> dict[str, Any]:
+        where: dict[str, Any] = {"service_type": "identity", "version": (3, 0)}
+        if self.credentials.interface:
+            where["interface"] = self.credentials.interface
+        if self.credentials.region_name:
+            where["region_name"] = self.credentials.region_name
+        return where
+
+    def _service_session(self) -> Any:
+        if self._service is None:
+            from keystoneauth1 import loading, session
+            from keystoneauth1.plugin import BaseAuthPlugin
+
+            loader: loading.BaseLoader[BaseAuthPlugin] = loading.get_plugin_loader(
+                self.credentials.auth_type
+            )
+            auth = loader.load_from_options(**self.credentials.auth)
+            self._service = session.Session(auth=auth, timeout=self.timeout)
+        return self._service
+
+    def create(self, token: str, user_id: str, project_id: str, roles: Iterable[str]) -> str:
+        """A trust from the token's user to the service user on ``project_id``; its id.
+
+        :raises keystoneauth1.exceptions.ClientException: Keystone refused or cannot be reached.
+        """
+        from keystoneauth1 import session
+        from keystoneauth1.identity import v3
+
+        trustee = self._service_session().get_user_id()
+        lessee = session.Session(
+            auth=v3.Token(
+                auth_url=self.credentials.auth["auth_url"], token=token, project_id=project_id
+            ),
+            timeout=self.timeout,
+        )
+        body = {
+            "trust": {
+                "trustor_user_id": user_id,
+                "trustee_user_id": trustee,
+                "project_id": project_id,
+                "impersonation": True,
+                "roles": [{"name": role} for role in sorted(roles)],
+            }
+        }
+        answer = lessee.post("/OS-TRUST/trusts", json=body, endpoint_filter=self._endpoint())
+        return str(answer.json()["trust"]["id"])
+
+    def delete(self, trust_id: str) -> None:
+        """Drop the trust (gone already: nothing to do).
+
+        :raises keystoneauth1.exceptions.ClientException: Keystone refused or cannot be reached.
+        """
+        from keystoneauth1 import exceptions as ksa_exceptions
+
+        try:
+            self._service_session().delete(
+                f"/OS-TRUST/trusts/{trust_id}", endpoint_filter=self._endpoint()
+            )
+        except ksa_exceptions.NotFound:
+            pass

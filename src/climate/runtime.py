@@ -18,6 +18,7 @@ from climate.db.engine import Database
 from climate.db.wakeup import WakeWatcher
 from climate.domain.clock import Clock, SystemClock
 from climate.errors import ClimateError
+from climate.keystone import Trusts, service_credentials
 from climate.manager.liveness import Heartbeat, SoleManager, start_liveness
 from climate.manager.monitor import HostMonitor
 from climate.manager.service import Manager
@@ -44,11 +45,16 @@ def open_database(settings: Settings, *, upgrade: bool) -> Database:
 
 
 def build_context(settings: Settings, db: Database, clock: Clock | None = None) -> ServiceContext:
+    trusts = None
+    if settings.auth == "keystone" and settings.backend == "openstack":
+        # As Blazar: the lessee's trust lets the backend act in its project (docs/openstack.md).
+        trusts = Trusts(service_credentials(settings), settings.backend_timeout_seconds)
     return ServiceContext(
         settings=settings,
         db=db,
         clock=clock or SystemClock(),
         resource_types=load_resource_types(),
+        trusts=trusts,
     )
 
 

@@ -1,7 +1,8 @@
-"""The Nova API stopped mid-lease (its gunicorn on the rig, SIGTERM; started again exactly as the
-rig's start.sh starts it): the end event is retried with backoff; a lease whose attempts run out
-ends in ERROR with the reason, its host still in its aggregate (never outside every one); a
-lease whose retry comes once Nova is back ends TERMINATED with nothing leaked."""
+"""Nova's and Placement's APIs stopped mid-lease (their gunicorn on the rig, SIGTERM; started
+again exactly as the rig's start.sh starts them): the end event is retried with backoff; a lease
+whose attempts run out ends in ERROR with the reason, its host still in its aggregate (never
+outside every one); a lease whose retry comes once Nova is back ends TERMINATED with nothing
+leaked; an instance start without Placement undoes what it made in Nova and starts on retry."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +58,23 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def nova_api_stopped(env: dict[str, str]) -> Iterator[None]:
-    """The rig's nova-api stopped (SIGTERM) for the block; then started again as start.sh does
-    (``launch nova-api``), recorded in BASE/pids so the rig's scripts still know it, and waited
-    for until it answers."""
-    record = Path(BASE, "pids", "nova-api.pid")
+def service_stopped(
+    env: dict[str, str], name: str, port: str, config: tuple[str, str], app: str
+) -> Iterator[None]:
+    """The rig's gunicorn service ``name`` stopped (SIGTERM) for the block; then started again as
+    start.sh does (``launch``, its config directory in the variable ``config[0]``, BASE/etc/
+    ``config[1]``), recorded in BASE/pids so the rig's scripts still know it, and waited for
+    until it answers."""
+    record = Path(BASE, "pids", f"{name}.pid")
     pid_text, started = record.read_text().split()
     pid = int(pid_text)
-    assert _running(pid, started), "the recorded nova-api is not running"
-    url = env["NOVA_URL"].rsplit("/v2.1", 1)[0] + "/"
+    assert _running(pid, started), f"the recorded {name} is not running"
+    url = f"http://127.0.0.1:{env[port]}/"
     os.kill(pid, signal.SIGTERM)
     try:
         deadline = time.monotonic() + 40
         while _running(pid, started):
-            assert time.monotonic() < deadline, "nova-api did not stop"
+            assert time.monotonic() < deadline, f"{name} did not stop"
             time.sleep(0.1)
         assert not _answers(url)
         yield
@@ -79,11 +83,11 @@ def nova_api_stopped(env: dict[str, str]) -> Iterator[None]:
         gunicorn = [
             str(venv / "bin/gunicorn"),
             "--no-control-socket",
-            "--bind", f"127.0.0.1:{env['NOVA_PORT']}",
+            "--bind", f"127.0.0.1:{env[port]}",
             "--workers", "1",
             "--threads", os.environ.get("WSGI_THREADS", "4"),
             "--timeout", "120",
-            "nova_api_app:application",
+            app,
         ]  # fmt: skip
         # As start.sh's ``launch``: setsid from a shell, in the background, so that the
         # service is not this process's child (nor reaped or killed with it).
@@ -92,8 +96,8 @@ def nova_api_stopped(env: dict[str, str]) -> Iterator[None]:
             env={
                 **os.environ,
                 "PYTHONPATH": str(Path(BASE, "lib")),
-                "OS_NOVA_CONFIG_DIR": str(Path(BASE, "etc", "nova")),
-                "OUT": str(Path(BASE, "log", "nova-api.out")),
+                config[0]: str(Path(BASE, "etc", config[1])),
+                "OUT": str(Path(BASE, "log", f"{name}.out")),
             },
             capture_output=True,
             text=True,
@@ -104,14 +108,30 @@ def nova_api_stopped(env: dict[str, str]) -> Iterator[None]:
         record.write_text(f"{new_pid} {_start_time(new_pid)}\n")
         deadline = time.monotonic() + 120
         while not _answers(url):
-            assert time.monotonic() < deadline, "nova-api did not come back"
+            assert time.monotonic() < deadline, f"{name} did not come back"
             time.sleep(0.2)
 
 
-def end_event(ctx: Any, lease_id: str) -> Event:
+def nova_api_stopped(env: dict[str, str]) -> AbstractContextManager[None]:
+    return service_stopped(
+        env, "nova-api", "NOVA_PORT", ("OS_NOVA_CONFIG_DIR", "nova"), "nova_api_app:application"
+    )
+
+
+def placement_stopped(env: dict[str, str]) -> AbstractContextManager[None]:
+    return service_stopped(
+        env,
+        "placement",
+        "PLACEMENT_PORT",
+        ("OS_PLACEMENT_CONFIG_DIR", "placement"),
+        "placement_app:application",
+    )
+
+
+def end_event(ctx: Any, lease_id: str, kind: str = "end_lease") -> Event:
     with ctx.db.reader() as session:
         found = session.scalars(
-            select(Event).where(Event.lease_id == lease_id, Event.event_type == "end_lease")
+            select(Event).where(Event.lease_id == lease_id, Event.event_type == kind)
         ).one()
         session.expunge(found)
         return found
@@ -192,3 +212,43 @@ def test_a_hung_nova_request_gives_up_after_the_backend_timeout(
         with pytest.raises(Exception, match="(?i)timed? ?out"):
             backend.conn.compute.get(f"http://127.0.0.1:{hung.getsockname()[1]}/os-services")
         assert time.monotonic() - began < 10
+
+
+def test_placement_down_at_an_instance_start_undoes_it_then_it_starts_once_back(
+    climate: Any,
+    cloud: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+) -> None:
+    """Placement stopped while an instance reservation starts: the start fails, every Nova part
+    it had made (flavor, aggregate) is undone although Placement cannot be, and the event is
+    retried with backoff; with Placement back the retry starts the lease in full."""
+    ctx, backend = climate
+    retries = {"event_max_attempts": 3, "event_retry_base_seconds": 10.0}
+    ctx = dataclasses.replace(ctx, settings=ctx.settings.model_copy(update=retries))
+    actor, _ = lessee
+    HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute1", {})
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="no-placement", **fields)
+    rid = lease.reservations[0].id
+    manager = Manager(ctx, backend)
+    try:
+        with placement_stopped(openstack_env):
+            manager.run_due()
+            event = end_event(ctx, lease.id, "start_lease")
+            assert (event.status, event.attempts) == ("UNDONE", 1)
+            assert event.not_before == lease.start_date + dt.timedelta(seconds=10)
+            assert cloud.compute.find_flavor(rid, ignore_missing=True) is None
+            assert aggregate(cloud, rid) is None
+        clock.set(event.not_before)
+        manager.run_due()
+        assert LeaseService(ctx).get(actor, lease.id).status == "ACTIVE"
+        assert end_event(ctx, lease.id, "start_lease").status == "DONE"
+        assert cloud.compute.find_flavor(rid, ignore_missing=True) is not None
+        assert aggregate(cloud, rid).hosts == ["compute1"]
+    finally:
+        clock.set(lease.end_date)
+        manager.run_due()
+    assert cloud.compute.find_flavor(rid, ignore_missing=True) is None
+    assert aggregate(cloud, rid) is None

@@ -130,7 +130,7 @@ class KeystoneTokens:
                 "a project-scoped token is required (Blazar's rules have project scope)"
             )
         roles = frozenset(r for r in str(environ.get("HTTP_X_ROLES") or "").split(",") if r)
-        return Actor(str(environ["HTTP_X_USER_ID"]), str(project), roles)
+        return Actor(str(environ["HTTP_X_USER_ID"]), str(project), roles, token=token)
 
 
 def _accept(_environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -38,6 +38,9 @@ class Handover:
     """Host id -> host name (Nova's service host), for every host the resources lie on."""
     params: Mapping[str, Any] = field(default_factory=dict)
     """The reservation's parameters (an instance reservation's size, affinity, ...)."""
+    trust_id: str | None = None
+    """The Keystone trust the lessee gave the service user when the lease was made (as in
+    Blazar), through which the backend may act in the lessee's project; None: none was made."""
 
 
 # -- actions -----------------------------------------------------------------------------------

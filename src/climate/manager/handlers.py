@@ -16,6 +16,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -299,6 +300,11 @@ class EventHandlers:
             backend_records.started(session, handovers)
         elif kind is EventType.END_LEASE:
             backend_records.ended(session, handovers)
+            for step in done:
+                if step.lease.trust_id is not None:  # ended: the lease needs its trust no more
+                    session.info.setdefault("on_commit", []).append(
+                        partial(self.ctx.forget_trust, step.lease.trust_id)
+                    )
 
     def _wake_hosts(
         self,

@@ -37,6 +37,9 @@ class ResourceType(abc.ABC):
     before_end_actions: ClassVar[frozenset[str]] = frozenset({"default"})
     end_policies: ClassVar[frozenset[EndPolicy]] = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE})
     """The end policies that mean something for this type's resources."""
+    acts_for_lessee: ClassVar[bool] = False
+    """The backend makes things in the lessee's project for it (an instance reservation's
+    server group): a lease of this type carries a Keystone trust (``ServiceContext.delegate``)."""
 
     def configure(self, settings: Settings) -> None:
         """Take the operator's settings (called once, when the service context is built);

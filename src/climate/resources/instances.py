@@ -109,6 +109,7 @@ def enforcement(reservation: Reservation) -> dict[str, Any]:
 class InstanceType(ResourceType):
     name = "virtual:instance"
     end_policies = frozenset(EndPolicy)
+    acts_for_lessee = True
 
     def __init__(self) -> None:
         self.inventory = Inventory()

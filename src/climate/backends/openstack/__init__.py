@@ -59,7 +59,7 @@ from climate.backends.openstack.config import CloudConfig
 from climate.config import Settings
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput
-from climate.keystone import log_in
+from climate.keystone import log_in, trust_scoped
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,17 +86,20 @@ def resource_class(reservation_id: str) -> str:
     return "CUSTOM_RESERVATION_" + reservation_id.upper().replace("-", "_")
 
 
-def connect(config: CloudConfig, timeout: float | None = None) -> Any:
+def connect(
+    config: CloudConfig, timeout: float | None = None, auth: Mapping[str, str] | None = None
+) -> Any:
     """An openstacksdk connection as the service user (credentials as one ``auth`` dict and no
-    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours). Each HTTP
-    request gives up after ``timeout`` seconds: a hung Nova must not hold the host monitor, nor
-    pile up abandoned backend threads."""
+    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours), or with
+    ``auth`` in place of its options (a trust's scope). Each HTTP request gives up after
+    ``timeout`` seconds: a hung Nova must not hold the host monitor, nor pile up abandoned
+    backend threads."""
     import openstack
 
     credentials = config.credentials
     return openstack.connect(
         auth_type=credentials.auth_type,
-        auth=dict(credentials.auth),
+        auth=dict(credentials.auth if auth is None else auth),
         region_name=credentials.region_name or None,
         interface=credentials.interface or "public",
         load_yaml_config=False,
@@ -110,9 +113,10 @@ class OpenStackBackend(Backend):
     can_migrate = True
     watches_hosts = True
 
-    def __init__(self, conn: Any, config: CloudConfig) -> None:
+    def __init__(self, conn: Any, config: CloudConfig, timeout: float | None = None) -> None:
         self.conn = conn
         self.config = config
+        self.timeout = timeout
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -131,7 +135,7 @@ class OpenStackBackend(Backend):
                     f"no {service} endpoint in the Keystone catalog for region "
                     f"{config.credentials.region_name or '(any)'}",
                 )
-        return cls(conn, config)
+        return cls(conn, config, settings.backend_timeout_seconds)
 
     # -- the one method ----------------------------------------------------------------------
 
@@ -500,7 +504,22 @@ class OpenStackBackend(Backend):
             if group.name == name:
                 return str(group.id)
         policy = "affinity" if affinity else "anti-affinity"
-        return str(self.conn.compute.create_server_group(name=name, policy=policy).id)
+        return str(self._lessee_compute(h).create_server_group(name=name, policy=policy).id)
+
+    def _lessee_compute(self, h: Handover) -> Any:
+        """Nova as the lessee, through the trust of its lease (as Blazar makes the server group
+        in the lessee's project, so that the lessee may name it in a ``group`` hint); as the
+        service user where there is no trust or Keystone does not take it (logged)."""
+        auth = None if h.trust_id is None else trust_scoped(self.config.credentials, h.trust_id)
+        if auth is None:
+            return self.conn.compute
+        try:
+            conn = connect(self.config, self.timeout, auth)
+            conn.authorize()
+        except Exception:
+            LOG.warning("trust %s of lease %s not usable", h.trust_id, h.lease_id, exc_info=True)
+            return self.conn.compute
+        return conn.compute
 
     def _flavor(self, h: Handover, group_id: str | None) -> Any:
         rid = h.reservation_id
@@ -557,31 +576,54 @@ class OpenStackBackend(Backend):
         their Placement allocations: only the project's access to the flavor and the aggregate
         go; the flavor, group and inventory stay until ``Acknowledge`` deletes the servers."""
         rid = h.reservation_id
-        if h.resource_type == INSTANCES:
-            flavor = self._find_flavor(rid)
-            if flavor is not None:
-                try:
-                    self.conn.compute.flavor_remove_tenant_access(flavor, h.project_id)
-                except Exception as exc:
-                    if "404" not in str(exc) and "not found" not in str(exc).lower():
-                        raise
-                if not keep:
-                    self.conn.compute.delete_flavor(flavor, ignore_missing=True)
-            if not keep:
-                for group in self.conn.compute.server_groups(all_projects=True):
-                    if group.name == f"{RESERVATION_PREFIX}:{rid}":
-                        self.conn.compute.delete_server_group(group, ignore_missing=True)
-                rc = resource_class(rid)
-                for host in sorted(set(_slots(h)) | self._holders(rc)):
-                    self._delete_inventory(host, rc)
-                self._placement_delete(f"/resource_classes/{rc}")
-            aggregate = self._aggregate(rid)
-            if aggregate is not None:
-                for host in list(aggregate.hosts or []):
-                    aggregate = self.conn.compute.remove_host_from_aggregate(aggregate, host)
-                self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
-        elif h.resource_type == HOSTS:
+        if h.resource_type == HOSTS:
             self._dissolve(rid)
+        if h.resource_type != INSTANCES:
+            return
+        # Each part is undone even where another fails (Placement down must not leave Nova's
+        # flavor and aggregate behind); the first failure is raised after all were tried.
+        steps: list[Callable[[], None]] = [lambda: self._drop_flavor(h, keep=keep)]
+        if not keep:
+            steps += [lambda: self._drop_server_group(rid), lambda: self._drop_inventory(h)]
+        steps.append(lambda: self._drop_aggregate(rid))
+        failures: list[Exception] = []
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def _drop_flavor(self, h: Handover, *, keep: bool) -> None:
+        flavor = self._find_flavor(h.reservation_id)
+        if flavor is None:
+            return
+        try:
+            self.conn.compute.flavor_remove_tenant_access(flavor, h.project_id)
+        except Exception as exc:
+            if "404" not in str(exc) and "not found" not in str(exc).lower():
+                raise
+        if not keep:
+            self.conn.compute.delete_flavor(flavor, ignore_missing=True)
+
+    def _drop_server_group(self, rid: str) -> None:
+        for group in self.conn.compute.server_groups(all_projects=True):
+            if group.name == f"{RESERVATION_PREFIX}:{rid}":
+                self.conn.compute.delete_server_group(group, ignore_missing=True)
+
+    def _drop_inventory(self, h: Handover) -> None:
+        rc = resource_class(h.reservation_id)
+        for host in sorted(set(_slots(h)) | self._holders(rc)):
+            self._delete_inventory(host, rc)
+        self._placement_delete(f"/resource_classes/{rc}")
+
+    def _drop_aggregate(self, rid: str) -> None:
+        aggregate = self._aggregate(rid)
+        if aggregate is not None:
+            for host in list(aggregate.hosts or []):
+                aggregate = self.conn.compute.remove_host_from_aggregate(aggregate, host)
+            self.conn.compute.delete_aggregate(aggregate, ignore_missing=True)
 
     # -- servers -------------------------------------------------------------------------------
 

@@ -43,6 +43,8 @@ class Checked:
     """Longest first."""
     prepared: Sequence[tuple[dict[str, Any], ReservationRequest]]
     """Each reservation's validated parameters, with its request."""
+    trust_id: str | None = None
+    """The lessee's Keystone trust, where the lease needs one (``ServiceContext.delegate``)."""
 
     @property
     def params(self) -> list[dict[str, Any]]:
@@ -96,6 +98,20 @@ class Creating(LeaseBase):
             )
         now = self.ctx.clock.now()
         checked = self.check(actor, request, now)
+        if not request.dry_run:
+            types = [r.resource_type for _, r in checked.prepared]
+            checked = dataclasses.replace(checked, trust_id=self.ctx.delegate(actor, types))
+        try:
+            trial = self._admit(actor, checked, now)
+        except BaseException:
+            self.ctx.forget_trust(checked.trust_id)  # no lease holds it
+            raise
+        if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
+            return Trial(self._started_soon(actor, trial.lease))
+        return trial
+
+    def _admit(self, actor: Actor, checked: Checked, now: dt.datetime) -> Trial:
+        request = checked.request
         if request.lease_type in WAITING_TYPES:
             return self._create_waiting_type(actor, checked, now)
         outcome = attempt(
@@ -118,8 +134,6 @@ class Creating(LeaseBase):
             if request.requested_window is None:  # a flexible window's tries: its caller records
                 demand.lease_refused(self.ctx, actor, explained)
             raise AdmissionRefused(explained)
-        if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
-            return Trial(self._started_soon(actor, outcome.lease))
         return Trial(outcome.lease)  # fully loaded: the notification rendered all of it
 
     def _create_waiting_type(self, actor: Actor, checked: Checked, now: dt.datetime) -> Trial:
@@ -237,7 +251,7 @@ class Creating(LeaseBase):
             name=request.name,
             project_id=actor.project_id,
             user_id=actor.user_id,
-            trust_id=None,
+            trust_id=checked.trust_id,
             start_date=checked.start,
             end_date=request.end,
             before_end_date=checked.before_end,

@@ -81,7 +81,7 @@ def test_without_credits_a_priced_lease_is_refused_with_the_figures(world: Servi
         "3.00",
     )
     assert refused.value.status == 403
-    assert "project-a has 0.00 credits" in refused.value.message
+    assert "project project-a has 0.00; the lease's quote is 3.00" in refused.value.message
     assert CreditsService(world).ledger(ADMIN, "project-a") == []
     assert leases.list_all(ALICE) == []
     with world.db.reader() as session:

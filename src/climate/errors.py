@@ -95,8 +95,8 @@ class NotEnoughCredits(UsageRuleBroken):
 
     def __init__(self, project_id: str, balance: str, quote: str, shortfall: str) -> None:
         super().__init__(
-            f"project {project_id} has {balance} credits; this lease needs {quote} more "
-            f"(short by {shortfall})",
+            f"not enough credits: project {project_id} has {balance}; the lease's quote is "
+            f"{quote}, short by {shortfall}",
             [
                 {
                     "rule": "credits",

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from climate.cli import calendar, client, inventory, reservations, series, usage
+from climate.cli import calendar, client, credits, inventory, reservations, series, usage
 from climate.cli.output import add_format_options, emit, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
@@ -263,6 +263,7 @@ def _parser() -> argparse.ArgumentParser:
     series.register(sub)
     calendar.register(sub)
     usage.register(sub)
+    credits.register(sub)
     _describe(parser)
     return parser
 

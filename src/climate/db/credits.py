@@ -7,11 +7,11 @@ lease holds, to be priced. Amounts are whole cents."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -20,6 +20,7 @@ from climate.db.tables import (
     CreditBalance,
     CreditEntry,
     HostAllocation,
+    HostProperty,
     InstanceAllocation,
     Item,
     ItemAllocation,
@@ -29,6 +30,18 @@ from climate.db.tables import (
 
 BALANCES = table_of(CreditBalance)
 LEDGER = table_of(CreditEntry)
+# Prebuilt: admission runs these once each; building them per call cost more than running them.
+_BALANCE = BALANCES.c.balance_cents
+_MOVE = (
+    update(BALANCES)
+    .where(BALANCES.c.project_id == bindparam("p"), _BALANCE + bindparam("d") >= 0)
+    .values(balance_cents=_BALANCE + bindparam("d"))
+    .returning(_BALANCE)
+)
+_APPEND = LEDGER.insert().returning(LEDGER.c.id)
+_HOST_PROPERTIES = select(HostProperty.host_id, HostProperty.name, HostProperty.value).where(
+    HostProperty.host_id.in_(bindparam("ids", expanding=True))
+)
 
 
 @dataclass(frozen=True)
@@ -73,33 +86,24 @@ def open_account(session: Session, project_id: str) -> None:
 def move(session: Session, project_id: str, delta: int) -> int | None:
     """Add ``delta`` cents to the project's balance unless that would take it below zero (or it
     has no balance row); the balance after, or None (nothing changed)."""
-    column = BALANCES.c.balance_cents
-    found = session.execute(
-        update(BALANCES)
-        .where(BALANCES.c.project_id == project_id, column + delta >= 0)
-        .values(balance_cents=column + delta)
-        .returning(column)
-    ).scalar_one_or_none()
+    found = session.execute(_MOVE, {"p": project_id, "d": delta}).scalar_one_or_none()
     return None if found is None else int(found)
 
 
 def append(session: Session, entry: Entry, balance_cents: int) -> Written:
     """Write ``entry`` to the ledger with the balance after it."""
-    new_id = session.execute(
-        LEDGER.insert()
-        .values(
-            project_id=entry.project_id,
-            lease_id=entry.lease_id,
-            kind=entry.kind,
-            amount_cents=entry.amount_cents,
-            encumbered_cents=entry.encumbered_cents,
-            balance_cents=balance_cents,
-            actor=entry.actor,
-            at=entry.at,
-            note=entry.note,
-        )
-        .returning(LEDGER.c.id)
-    ).scalar_one()
+    row = {
+        "project_id": entry.project_id,
+        "lease_id": entry.lease_id,
+        "kind": entry.kind,
+        "amount_cents": entry.amount_cents,
+        "encumbered_cents": entry.encumbered_cents,
+        "balance_cents": balance_cents,
+        "actor": entry.actor,
+        "at": entry.at,
+        "note": entry.note,
+    }
+    new_id = session.execute(_APPEND, row).scalar_one()
     return Written(int(new_id), entry, balance_cents)
 
 
@@ -161,8 +165,10 @@ class Holding:
     end: dt.datetime
 
 
-def holdings(session: Session, lease_id: str) -> Iterator[Holding]:
-    """Every allocation ``lease_id`` has, as this transaction sees it."""
+_HOLDINGS = {
+    table: select(model.start_date, model.end_date, *columns).where(
+        model.lease_id == bindparam("lease_id")
+    )
     for table, model, columns in (
         ("host", HostAllocation, [HostAllocation.host_id]),
         (
@@ -171,15 +177,26 @@ def holdings(session: Session, lease_id: str) -> Iterator[Holding]:
             [InstanceAllocation.host_id, InstanceAllocation.vcpus, InstanceAllocation.memory_mb],
         ),
         ("volume", VolumeAllocation, [VolumeAllocation.pool_id, VolumeAllocation.size_gb]),
-    ):
-        query = select(model.start_date, model.end_date, *columns).where(model.lease_id == lease_id)
-        for row in session.execute(query):
-            amounts = tuple(int(v) for v in row[3:]) or (1,)
-            yield Holding(table, int(row[2]), amounts, row[0], row[1])
-    items = (
-        select(ItemAllocation.start_date, ItemAllocation.end_date, Item.id, Item.kind)
-        .join(Item, Item.id == ItemAllocation.item_id)
-        .where(ItemAllocation.lease_id == lease_id)
+        ("items", ItemAllocation, [ItemAllocation.item_id, Item.kind]),
     )
-    for start, end, item, kind in session.execute(items):
-        yield Holding(str(kind), int(item), (1,), start, end)
+}
+_HOLDINGS["items"] = _HOLDINGS["items"].join(Item, Item.id == ItemAllocation.item_id)
+
+
+def holdings(session: Session, lease_id: str, tables: Collection[str]) -> Iterator[Holding]:
+    """Every allocation ``lease_id`` has in ``tables`` (``host``, ``instance``, ``volume``,
+    ``items``), as this transaction sees it."""
+    for table in tables:
+        for row in session.execute(_HOLDINGS[table], {"lease_id": lease_id}):
+            if table == "items":
+                yield Holding(str(row[3]), int(row[2]), (1,), row[0], row[1])
+            else:
+                yield Holding(table, int(row[2]), tuple(int(v) for v in row[3:]) or (1,), *row[:2])
+
+
+def host_properties(session: Session, ids: Collection[int]) -> dict[int, dict[str, str]]:
+    """These hosts' properties, by id."""
+    found: dict[int, dict[str, str]] = {}
+    for host, name, value in session.execute(_HOST_PROPERTIES, {"ids": list(ids)}):
+        found.setdefault(int(host), {})[str(name)] = str(value)
+    return found

@@ -56,16 +56,25 @@ def price_table(ctx: ServiceContext) -> PriceTable:
     return _table(tuple(sorted(ctx.settings.prices.items())))
 
 
+_TABLES = {"physical:host": "host", "virtual:instance": "instance", "virtual:volume": "volume"}
+
+
 def quote(
-    ctx: ServiceContext, session: Session, lease_id: str, until: dt.datetime | None = None
+    ctx: ServiceContext, session: Session, lease: Lease, until: dt.datetime | None = None
 ) -> Decimal:
-    """What ``lease_id``'s allocations cost as this transaction sees them, each cut at
-    ``until`` (None: whole)."""
-    held = list(credit_rows.holdings(session, lease_id))
+    """What ``lease``'s allocations cost as this transaction sees them, each cut at ``until``
+    (None: whole)."""
+    tables = {_TABLES.get(r.resource_type, "items") for r in lease.reservations}
+    held = list(credit_rows.holdings(session, lease.id, tables))
     ids: dict[str, set[int]] = defaultdict(set)
     for h in held:
         ids[h.table].add(h.resource)
-    props = {table: billing.properties(session, table, found) for table, found in ids.items()}
+    props = {
+        table: credit_rows.host_properties(session, found)
+        if table in ("host", "instance")
+        else billing.properties(session, table, found)
+        for table, found in ids.items()
+    }
     return pricing.quote(
         price_table(ctx), ctx.settings.credits_factor_property, _uses(held, props, until)
     )
@@ -107,9 +116,11 @@ def encumber(
     """
     if not ctx.settings.credits:
         return
-    price = quote(ctx, session, lease.id)
+    price = quote(ctx, session, lease)
     _QUOTES[lease] = price
-    held = credit_rows.encumbered(session, lease.id) or 0
+    # A lease created or admitted from the queue now has encumbered nothing before.
+    fresh = step in (admission.CREATE, admission.QUEUE)
+    held = 0 if fresh else credit_rows.encumbered(session, lease.id) or 0
     delta = pricing.cents(price) - held
     if delta == 0:
         return
@@ -145,7 +156,7 @@ def settle(
     held = credit_rows.encumbered(session, lease.id)
     if not held:
         return
-    charged = min(pricing.cents(quote(ctx, session, lease.id, now)), held)
+    charged = min(pricing.cents(quote(ctx, session, lease, now)), held)
     project, name = lease.project_id, _name(actor)
     balance = credit_rows.balance(session, project)
     assert balance is not None  # it was debited when the lease was encumbered

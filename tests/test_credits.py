@@ -20,7 +20,9 @@ from climate.db.engine import Database
 from climate.db.tables import AuditLog, OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.domain.requests import LeaseChanges, LeaseRequest
+from climate.domain.status import LeaseType
 from climate.errors import Conflict, Forbidden, InvalidInput, NotEnoughCredits
+from climate.fairshare import credits as credits_module
 from climate.manager.service import Manager
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
@@ -257,3 +259,40 @@ def test_credits_off_prices_nothing(settings: Settings, db: Database, clock: Man
     leases.create(ALICE, host_request("a", T0 + HOUR, T0 + 2 * HOUR))
     assert CreditsService(ctx).account(ALICE, "project-a").enabled is False
     assert CreditsService(ctx).ledger(ALICE, "project-a") == []
+
+
+def test_a_waiting_lease_waits_for_credits_then_is_admitted_and_encumbered(
+    world: ServiceContext, clock: ManualClock
+) -> None:
+    leases, credits = LeaseService(world), CreditsService(world)
+    request = dataclasses.replace(
+        host_request("r", None, T0 + 2 * HOUR, resource_properties=rack("r1")),
+        lease_type=LeaseType.RETRY,
+    )
+    waiting = leases.create(ALICE, request)
+    assert waiting.status == "IN_PROGRESS"
+    assert "not enough credits" in (waiting.status_reason or "")
+    clock.advance(dt.timedelta(minutes=2))
+    leases.serve_queue(capacity_changed=True)
+    assert leases.get(ALICE, waiting.id).status == "IN_PROGRESS"
+    credits.grant(ADMIN, "project-a", Decimal(5))
+    clock.advance(dt.timedelta(minutes=2))
+    assert leases.serve_queue(capacity_changed=True) == 1
+    assert leases.get(ALICE, waiting.id).status == "PENDING"
+    assert ledger_sums(world, "project-a") == (Decimal(2), Decimal(2), Decimal(3))
+    with world.db.reader() as session:
+        denied = session.scalars(select(AuditLog).where(AuditLog.action == "credits.deny")).all()
+    assert len(denied) == 1  # the creation's refusal; the manager's attempts record nothing
+
+
+def test_a_refusal_that_cannot_be_recorded_is_still_a_refusal(
+    world: ServiceContext, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*_args: object, **_kw: object) -> None:
+        raise RuntimeError("audit log unavailable")
+
+    monkeypatch.setattr(credits_module, "_audit", broken)
+    request = host_request("a", T0 + HOUR, T0 + 2 * HOUR, resource_properties=rack("r1"))
+    with pytest.raises(NotEnoughCredits):
+        LeaseService(world).create(ALICE, request)
+    assert "could not record the credits refusal" in caplog.text

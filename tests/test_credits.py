@@ -240,6 +240,10 @@ def test_who_may_read_and_grant(world: ServiceContext) -> None:
         credits.grant(ADMIN, "project-a", Decimal("0.001"))
     with pytest.raises(InvalidInput, match="amount"):
         credits.grant(ADMIN, "project-a", Decimal(0))
+    with pytest.raises(InvalidInput, match="amount"):
+        credits.grant(ADMIN, "project-a", Decimal("1e13"))
+    with pytest.raises(InvalidInput, match="project_id"):
+        credits.grant(ADMIN, "p" * 256, Decimal(1))
     with pytest.raises(Conflict, match="below zero"):
         credits.grant(ADMIN, "project-a", Decimal("-12.26"))
     credits.grant(ADMIN, "project-a", Decimal("-12.25"))

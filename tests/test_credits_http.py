@@ -80,6 +80,8 @@ def test_a_dry_run_quotes_what_creation_encumbers(live: LiveServer) -> None:
         ({"amount": 1.5}, "amount"),
         ({"amount": True}, "amount"),
         ({"amount": "NaN"}, "amount"),
+        ({"amount": "1e999999"}, "amount"),
+        ({"amount": 10**30}, "amount"),
         ({"amount": "0"}, "amount"),
         ({"amount": "1", "note": "x" * 256}, "note"),
         ({"amount": "1", "extra": 1}, "extra"),

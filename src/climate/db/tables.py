@@ -483,6 +483,6 @@ class CreditEntry(Base):
     encumbered_cents: Mapped[int] = mapped_column(BigInteger)
     balance_cents: Mapped[int] = mapped_column(BigInteger)
     """The project's balance after this entry."""
-    actor: Mapped[str] = mapped_column(String(255))
+    actor: Mapped[str] = mapped_column(Text)
     at: Mapped[dt.datetime]
     note: Mapped[str | None] = mapped_column(Text)

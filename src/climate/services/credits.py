@@ -16,6 +16,7 @@ from climate.fairshare import credits
 
 LEDGER_PAGE = 1000
 """The most ledger entries one read returns."""
+PROJECT_ID_LENGTH = 255
 MAX_AMOUNT = Decimal("1000000000000")
 """The largest amount one grant may add or take (a typo guard, far beyond any budget)."""
 
@@ -67,11 +68,14 @@ class CreditsService:
         """Add ``amount`` to the project's balance (negative: take it back).
 
         :raises Forbidden: the caller is not an admin.
-        :raises InvalidInput: the amount is zero, not to the cent, or too large.
+        :raises InvalidInput: the amount is zero, not to the cent, or too large; the project
+            id is too long.
         :raises Conflict: taking it back would leave the balance below zero.
         """
         self.ctx.policy.enforce(actor, "climate:credits:grant", {"project_id": project_id})
-        if not amount or amount != amount.quantize(pricing.CENT) or abs(amount) > MAX_AMOUNT:
+        if len(project_id) > PROJECT_ID_LENGTH:
+            raise InvalidInput("project_id", f"at most {PROJECT_ID_LENGTH} characters")
+        if not amount or abs(amount) > MAX_AMOUNT or amount != amount.quantize(pricing.CENT):
             raise InvalidInput(
                 "amount", f"must be a non-zero amount to the cent, at most {MAX_AMOUNT} either way"
             )

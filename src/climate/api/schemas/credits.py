@@ -3,7 +3,8 @@ strings to the cent, never floats."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+import re
+from decimal import Decimal
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationInfo, WithJsonSchema
@@ -13,7 +14,7 @@ from climate.errors import InvalidInput
 from climate.fairshare.credits import entry_body
 from climate.services.credits import Account
 
-AMOUNT_PATTERN = r"^-?\d+(\.\d{1,2})?$"
+AMOUNT_PATTERN = r"-?\d{1,13}(\.\d{1,2})?"
 MAX_NOTE = 255
 
 
@@ -21,13 +22,13 @@ def _amount(value: object, info: ValidationInfo) -> Decimal:
     field = info.field_name or "amount"
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidInput(field, "must be a decimal string such as '100.00' (or a whole number)")
-    try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise InvalidInput(field, f"must be a decimal number, not {value!r}") from None
-    if not amount.is_finite():
-        raise InvalidInput(field, f"must be a finite number, not {value!r}")
-    return amount
+    text = str(value).strip()
+    if not re.fullmatch(AMOUNT_PATTERN, text, re.ASCII):
+        raise InvalidInput(
+            field,
+            f"must be a decimal amount to the cent such as '-5' or '100.25', not {text[:40]!r}",
+        )
+    return Decimal(text)
 
 
 Amount = Annotated[
@@ -35,7 +36,10 @@ Amount = Annotated[
     PlainValidator(_amount),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "string", "pattern": AMOUNT_PATTERN}, {"type": "integer"}],
+            "anyOf": [
+                {"type": "string", "pattern": f"^{AMOUNT_PATTERN}$"},
+                {"type": "integer"},
+            ],
             "description": "a decimal amount to the cent, as a string ('100.00'); negative "
             "takes credits back",
         }

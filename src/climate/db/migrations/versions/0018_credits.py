@@ -31,7 +31,7 @@ def upgrade() -> None:
         sa.Column("amount_cents", sa.BigInteger(), nullable=False),
         sa.Column("encumbered_cents", sa.BigInteger(), nullable=False),
         sa.Column("balance_cents", sa.BigInteger(), nullable=False),
-        sa.Column("actor", sa.String(255), nullable=False),
+        sa.Column("actor", sa.Text(), nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("note", sa.Text(), nullable=True),
     )

@@ -37,7 +37,7 @@ TABLES = (
     "host_properties, "
     "hosts, resource_properties, api_tokens, audit_log, item_allocations, item_properties, items, "
     "volume_allocations, volume_pool_properties, volume_pools, instance_allocations, lease_series, "
-    "managers, refused_demand"
+    "managers, refused_demand, credit_balances, credit_ledger"
 )
 
 ADMIN = Actor("admin-user", "admin-project", frozenset({"admin"}))

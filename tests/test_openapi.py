@@ -267,6 +267,16 @@ def call_every_operation(call: Conformance) -> None:
     call("GET", "/v1/leases.ics", 200, headers=MEMBER)
     call("GET", "/v1/policy/usage", 200, headers=MEMBER)
     call("GET", "/v1/policy/usage", 403, params={"project_id": "project-b"}, headers=MEMBER)
+    credits, ledger = "/v1/projects/{project_id}/credits", "/v1/projects/{project_id}/ledger"
+    mine, theirs = {"project_id": "project-a"}, {"project_id": "project-b"}
+    call("POST", credits, 201, json={"amount": "10.50", "note": "x"}, at=mine)
+    call("POST", credits, 400, json={"amount": "1.005"}, at=mine)
+    call("POST", credits, 409, json={"amount": "-20"}, at=mine)
+    call("POST", credits, 403, json={"amount": "1"}, at=mine, headers=MEMBER)
+    call("GET", credits, 200, at=mine, headers=MEMBER)
+    call("GET", credits, 403, at=theirs, headers=MEMBER)
+    call("GET", ledger, 200, at=mine, headers=MEMBER)
+    call("GET", ledger, 400, at=mine, params={"limit": "0"})
     call("DELETE", "/v1/os-hosts/{host_id}", 409, at={"host_id": host_id})
     call("DELETE", "/v1/leases/{lease_id}", 204, at={"lease_id": created["id"]})
     call("DELETE", "/v1/leases/{lease_id}", 404, at={"lease_id": created["id"]})

@@ -12,6 +12,7 @@ Every error knows its HTTP status and a name for the logs (Blazar's body repeats
     ├── Conflict (409)              the request is valid but the current state refuses it
     │   ├── NotEnoughCapacity (409) admission refused: not enough matching free resources
     │   │   └── UsageRuleBroken (403) admission refused by a usage rule or the external hook
+    │   │       └── NotEnoughCredits (403) the project's balance cannot cover the lease's quote
     │   └── ResourceInUse (409)     a host with current or future allocations
     ├── PayloadTooLarge (413)
     └── BackendError (500)          a backend side effect failed (recorded on the event)
@@ -84,6 +85,30 @@ class UsageRuleBroken(NotEnoughCapacity):
         super().__init__(message)
         self.rules = tuple(rules)
         """Each rule broken (or the external service's decision), JSON-ready."""
+
+
+class NotEnoughCredits(UsageRuleBroken):
+    """Admission refused because the project's credits cannot cover the lease's quote
+    (docs/credits.md); amounts are decimal strings to the cent."""
+
+    name = "NOT_ENOUGH_CREDITS"
+
+    def __init__(self, project_id: str, balance: str, quote: str, shortfall: str) -> None:
+        super().__init__(
+            f"not enough credits: project {project_id} has {balance}; the lease's quote is "
+            f"{quote}, short by {shortfall}",
+            [
+                {
+                    "rule": "credits",
+                    "kind": "credits",
+                    "allowed": False,
+                    "balance": balance,
+                    "quote": quote,
+                    "shortfall": shortfall,
+                }
+            ],
+        )
+        self.balance, self.quote, self.shortfall = balance, quote, shortfall
 
 
 class ResourceInUse(Conflict):

@@ -90,6 +90,8 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "climate:audit:get": "rule:admin",
         "climate:usage:get": owner_read,
         "climate:demand:get": owner_read,
+        "climate:credits:get": owner_read,
+        "climate:credits:grant": "rule:admin",
         "climate:availability:get": "@",
         "climate:leases:retry": "rule:admin",
         "climate:leases:force_end": "rule:admin",

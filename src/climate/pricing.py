@@ -10,16 +10,17 @@ Pure: no I/O. ``prices`` (a setting) maps a rule to a price per unit-hour, as a 
 
 Each resource type is counted in its unit (``UNITS``): instances in vCPU-hours and in GB-hours of
 memory (the types ``virtual:instance:vcpu`` and ``virtual:instance:memory_gb``), volumes in
-GB-hours, hosts, floating IPs, devices and network segments in hours of one. Usage reports and
-fair-share credits both price through :meth:`PriceTable.amount`.
+GB-hours, hosts, floating IPs, devices and network segments in hours of one. Usage reports
+price through :meth:`PriceTable.amount`; credits quote a lease through :func:`quote`, which also
+weighs each resource by its factor property (Chameleon's ``su_factor``, docs/credits.md).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
 
 from climate.errors import InvalidInput
 
@@ -107,6 +108,57 @@ def cost(price: Decimal, unit_hours: Decimal) -> Decimal:
 def hours(unit_seconds: int) -> Decimal:
     """Unit-seconds as unit-hours, exact to the microsecond-hour."""
     return (Decimal(unit_seconds) / 3600).quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN)
+
+
+@dataclass(frozen=True)
+class Use:
+    """``units`` of one resource of ``resource_type`` (a type of ``UNITS``) with these
+    properties, held for ``microseconds``."""
+
+    resource_type: str
+    properties: Mapping[str, str]
+    units: Decimal
+    microseconds: int
+
+
+MICROSECONDS_PER_HOUR = 3_600_000_000
+
+
+def factor(properties: Mapping[str, str], name: str) -> Decimal:
+    """A resource's price factor: its property ``name`` as a decimal number at least 0; 1 when
+    it has none, or one that is not such a number."""
+    text = properties.get(name)
+    if text is None:
+        return Decimal(1)
+    try:
+        found = Decimal(str(text).strip())
+    except InvalidOperation:
+        return Decimal(1)
+    return found if found.is_finite() and found >= 0 else Decimal(1)
+
+
+def quote(table: PriceTable, factor_name: str, uses: Iterable[Use]) -> Decimal:
+    """What ``uses`` cost: the sum over them of unit-hours x the table's rate x the resource's
+    factor (property ``factor_name``), computed exactly and rounded once, to the cent (half to
+    even). Rounding once makes the quote monotone in time: a use cut short never costs more."""
+    with localcontext() as exact:
+        exact.prec = 80
+        total = Decimal(0)
+        for use in uses:
+            rate = table.rate(use.resource_type, use.properties).price
+            if rate and use.microseconds > 0:
+                weight = factor(use.properties, factor_name)
+                total += rate * weight * use.units * use.microseconds
+        return (total / MICROSECONDS_PER_HOUR).quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def cents(amount: Decimal) -> int:
+    """An amount to the cent as whole cents."""
+    return int(amount.quantize(CENT) * 100)
+
+
+def from_cents(count: int) -> Decimal:
+    return (Decimal(count) / 100).quantize(CENT)
 
 
 def _price(where: str, text: str) -> Decimal:

@@ -18,6 +18,7 @@ from climate import __version__, metrics, wire
 from climate.api import (
     audit,
     availability,
+    credits,
     demand,
     hosts,
     instances,
@@ -42,11 +43,12 @@ from climate.backends import load_backend
 from climate.backends.base import Timeboxed
 from climate.context import ServiceContext
 from climate.domain.admission import AdmissionRefused
-from climate.errors import ClimateError, NotEnoughCapacity, UsageRuleBroken
+from climate.errors import ClimateError, NotEnoughCapacity, NotEnoughCredits, UsageRuleBroken
 from climate.fairshare.report import UsageService as RulesUsageService
 from climate.resources.items import KINDS
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
+from climate.services.credits import CreditsService
 from climate.services.demand import DemandService
 from climate.services.healing import HealingService
 from climate.services.health import HealthService
@@ -142,6 +144,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.usage = UsageService(ctx)
     app.state.demand = DemandService(ctx)
     app.state.rules_usage = RulesUsageService(ctx)
+    app.state.credits = CreditsService(ctx)
     app.include_router(templates.router)
     app.include_router(leases.router)
     app.include_router(series.router)
@@ -157,6 +160,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(power.router)
     ui.install(app, ctx)
     app.include_router(policy.router)
+    app.include_router(credits.router)
     app.include_router(ops.router)
     app.include_router(usage.router)
     app.include_router(demand.router)
@@ -170,6 +174,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         details: dict[str, Any] | None = None
         if isinstance(exc, AdmissionRefused):
             details = wire.refused(exc.refused)
+        elif isinstance(exc, NotEnoughCredits):
+            figures = {"balance": exc.balance, "quote": exc.quote, "shortfall": exc.shortfall}
+            details = {"rules": list(exc.rules), **figures}
         elif isinstance(exc, UsageRuleBroken):
             details = {"rules": list(exc.rules)}
         if isinstance(exc, NotEnoughCapacity):

@@ -63,6 +63,8 @@ def create_lease(
         answer["requested_window"] = answer["lease"]["requested_window"]
     if request.dry_run:
         answer["dry_run"] = True
+        if trial.quote is not None:
+            answer["quote"] = str(trial.quote)
         return JSONResponse(answer)
     return JSONResponse(answer, status_code=201)
 

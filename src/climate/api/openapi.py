@@ -430,6 +430,15 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "reason": _ref("RefusalReason"),
                 "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
                 "conflicts": {"type": "array", "items": _ref("SkippedOccurrence")},
+                "rules": {
+                    "type": "array",
+                    "items": {"type": "object"},
+                    "description": "a 403 refusing admission: each usage rule broken, or "
+                    "the credits the lease lacks (docs/fair-share.md, docs/credits.md)",
+                },
+                "balance": {"type": "string", "description": "credits: the project's balance"},
+                "quote": {"type": "string", "description": "credits: the lease's quote"},
+                "shortfall": {"type": "string", "description": "credits: what is missing"},
             },
             description="Blazar's error body; a refused lease or lease update "
             "(409, not enough resources) adds reason and offers (docs/admission.md)",
@@ -1240,6 +1249,11 @@ _ANSWERS: dict[str, JsonSchema] = {
             "lease": _ref("Lease"),
             "requested_window": _ref("RequestedWindow"),
             "dry_run": {"const": True},
+            "quote": {
+                "type": "string",
+                "description": "with credits on: what the lease costs, encumbered if created "
+                "(docs/credits.md)",
+            },
         },
         "required": ["lease", "dry_run"],
         "additionalProperties": False,
@@ -1266,6 +1280,9 @@ _ANSWERS: dict[str, JsonSchema] = {
     "dashboard_timeline": _ref("TimelineAnswer"),
     "calendar": {"type": "string", "description": "an iCalendar document (RFC 5545)"},
     "usage": _ref("PolicyUsage"),  # from the route's pydantic response_model
+    "credits": _ref("CreditsAnswer"),
+    "credit_entry": _ref("EntryAnswer"),
+    "ledger": _ref("LedgerAnswer"),
     **{
         key: value
         for kind in (DEVICES, NETWORKS, FLOATING_IPS)
@@ -1471,6 +1488,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/timeline"): Operation((200, "dashboard_timeline"), _V1),
     ("GET", "/v1/leases.ics"): Operation((200, "calendar"), _V1),
     ("GET", "/v1/policy/usage"): Operation((200, "usage"), _V1),
+    ("GET", "/v1/projects/{project_id}/credits"): Operation((200, "credits"), _V1),
+    ("POST", "/v1/projects/{project_id}/credits"): Operation(
+        (201, "credit_entry"), _V1 | _WRITE, "CreditGrant"
+    ),
+    ("GET", "/v1/projects/{project_id}/ledger"): Operation((200, "ledger"), _V1),
 }
 
 

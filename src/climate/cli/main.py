@@ -13,7 +13,16 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from climate.cli import calendar, client, demand, inventory, reservations, series, usage
+from climate.cli import (
+    calendar,
+    client,
+    credits,
+    demand,
+    inventory,
+    reservations,
+    series,
+    usage,
+)
 from climate.cli.output import add_format_options, emit, table
 from climate.config import Settings, load_settings
 from climate.errors import ClimateError
@@ -264,6 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     calendar.register(sub)
     usage.register(sub)
     demand.register(sub)
+    credits.register(sub)
     _describe(parser)
     return parser
 

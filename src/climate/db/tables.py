@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     ForeignKey,
     Index,
@@ -485,3 +486,35 @@ class RefusedDemand(Base):
     start_date: Mapped[dt.datetime]
     end_date: Mapped[dt.datetime]
     offer: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+
+
+class CreditBalance(Base):
+    """A project's credits, in whole cents: what it may still encumber (docs/credits.md). Only
+    ever changed by one conditional ``UPDATE`` (``db/credits.py``), never below zero."""
+
+    __tablename__ = "credit_balances"
+    project_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    balance_cents: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class CreditEntry(Base):
+    """One line of a project's append-only ledger: ``amount_cents`` added to its balance (a
+    debit is negative) and ``encumbered_cents`` added to what lease ``lease_id`` holds
+    encumbered, by ``kind`` (grant, encumber, adjust, settle, refund)."""
+
+    __tablename__ = "credit_ledger"
+    __table_args__ = (
+        Index("ix_credit_ledger_project", "project_id", "id"),
+        Index("ix_credit_ledger_lease", "lease_id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(255))
+    lease_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    kind: Mapped[str] = mapped_column(String(16))
+    amount_cents: Mapped[int] = mapped_column(BigInteger)
+    encumbered_cents: Mapped[int] = mapped_column(BigInteger)
+    balance_cents: Mapped[int] = mapped_column(BigInteger)
+    """The project's balance after this entry."""
+    actor: Mapped[str] = mapped_column(Text)
+    at: Mapped[dt.datetime]
+    note: Mapped[str | None] = mapped_column(Text)

@@ -64,6 +64,11 @@ def trial() -> Iterator[None]:
         _TRIAL.reset(token)
 
 
+def trying() -> bool:
+    """Whether this admission is a try (inside ``trial``): nothing of it is recorded."""
+    return _TRIAL.get()
+
+
 def check_request(
     ctx: ServiceContext,
     actor: Actor,

@@ -44,6 +44,7 @@ from climate.domain.status import (
     check_lease_transition,
     check_reservation_transition,
 )
+from climate.fairshare import credits
 from climate.notify import enqueue_lease, enqueue_leases
 from climate.services import backend_records
 from climate.services.power import PowerService
@@ -352,6 +353,9 @@ class EventHandlers:
             event_rows.set_lease_status(session, ids, status, now)
         for status, ids in reservations.items():
             event_rows.set_reservation_status(session, ids, status, now)
+        for step in done:
+            if kind is EventType.END_LEASE and step.lease_status is LeaseStatus.TERMINATED:
+                credits.settle(self.ctx, session, AUDIT_ACTOR, step.lease, now)
         # When the events' work finished (the batch commits a few ms later), for lag figures.
         finish(session, [s.event_id for s in done], self.ctx.clock.now())
         audit.record_many(

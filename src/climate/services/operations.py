@@ -24,6 +24,7 @@ from climate.domain.status import (
     check_reservation_transition,
 )
 from climate.errors import Conflict, NotFound
+from climate.fairshare import credits
 from climate.notify import enqueue_lease
 
 
@@ -176,6 +177,7 @@ class OperatorService:
         """Allocations end at ``now``: the hosts are free for others from then on."""
         for reservation in lease.reservations:
             self.ctx.resource_types[reservation.resource_type].release(session, reservation, now)
+        credits.settle(self.ctx, session, "operator", lease, now)
 
     def _done(self, session: Session, lease: Lease, now: dt.datetime, topic: str) -> Lease:
         lease.updated_at = now

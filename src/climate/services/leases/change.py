@@ -27,6 +27,7 @@ from climate.domain.status import (
 )
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
 from climate.fairshare import admission as fairshare
+from climate.fairshare import credits
 from climate.services import demand_record as demand
 from climate.services.leases import offers
 from climate.services.leases.admission import attempt, book
@@ -143,6 +144,7 @@ class Changing(LeaseBase):
         session.flush()
         if reshaped or edits:
             fairshare.admit(self.ctx, session, actor, lease, now, "update", before=before)
+            credits.encumber(self.ctx, session, actor, lease, now, "update")
         self._notify(session, "lease.update", lease, now)
         if rearmed:
             self._notify(session, "lease.before_end.stop", lease, now)
@@ -238,6 +240,7 @@ class Changing(LeaseBase):
                     session, reservation, now
                 )
                 reservation.status = ReservationStatus.DELETED
+            credits.settle(self.ctx, session, actor, lease, now)
             self._freed(session, now)
         elif lease.status != LeaseStatus.TERMINATED:
             # The manager takes the resources back through the backend, now. Events a
@@ -251,6 +254,7 @@ class Changing(LeaseBase):
                 self.ctx.resource_types[reservation.resource_type].release(
                     session, reservation, now
                 )
+            credits.settle(self.ctx, session, actor, lease, now)
             self.ctx.events_changed(session, now)
         session.flush()
 

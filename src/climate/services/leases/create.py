@@ -8,6 +8,7 @@ import datetime as dt
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -23,6 +24,7 @@ from climate.domain.requests import LeaseRequest, ReservationRequest
 from climate.domain.status import LeaseStatus, LeaseType, ReservationStatus
 from climate.errors import Conflict, InvalidInput
 from climate.fairshare import admission as fairshare
+from climate.fairshare import credits
 from climate.services import demand_record as demand
 from climate.services.leases import offers
 from climate.services.leases.admission import attempt, book
@@ -58,6 +60,8 @@ class Trial:
     lease: Lease
     queue_position: int | None = None
     """A dry run's waiting lease: the place in the queue it would take, from 1."""
+    quote: Decimal | None = None
+    """What the lease costs in credits (None: credits are off, or it was not admitted)."""
 
 
 class Creating(LeaseBase):
@@ -107,7 +111,7 @@ class Creating(LeaseBase):
             self.ctx.forget_trust(checked.trust_id)  # no lease holds it
             raise
         if request.lease_type == LeaseType.IMMEDIATE and not request.dry_run:
-            return Trial(self._started_soon(actor, trial.lease))
+            return dataclasses.replace(trial, lease=self._started_soon(actor, trial.lease))
         return trial
 
     def _admit(self, actor: Actor, checked: Checked, now: dt.datetime) -> Trial:
@@ -134,7 +138,8 @@ class Creating(LeaseBase):
             if request.requested_window is None:  # a flexible window's tries: its caller records
                 demand.lease_refused(self.ctx, actor, explained)
             raise AdmissionRefused(explained)
-        return Trial(outcome.lease)  # fully loaded: the notification rendered all of it
+        # Fully loaded: the notification rendered all of it.
+        return Trial(outcome.lease, quote=credits.quoted(outcome.lease))
 
     def _create_waiting_type(self, actor: Actor, checked: Checked, now: dt.datetime) -> Trial:
         """A retry or best-effort lease: admitted now if it fits, else recorded as waiting (a
@@ -144,7 +149,7 @@ class Creating(LeaseBase):
             self.ctx, lambda session: self.write(session, actor, checked, now), rollback=dry_run
         )
         if isinstance(outcome, Admitted):
-            return Trial(outcome.lease)
+            return Trial(outcome.lease, quote=credits.quoted(outcome.lease))
         position = None
         with self.ctx.db.transaction(lock=ADMISSION_LOCK, rollback=dry_run) as session:
             lease = self._write_waiting(session, actor, checked, now, outcome.message)
@@ -210,6 +215,7 @@ class Creating(LeaseBase):
         self._check_name_free(session, actor, lease)
         book(self.ctx, session, lease.reservations, start, request.end, active=False, now=now)
         fairshare.admit(self.ctx, session, actor, lease, now, "create", dry_run=request.dry_run)
+        credits.encumber(self.ctx, session, actor, lease, now, "create", dry_run=request.dry_run)
         self._notify(session, "lease.create", lease, now)
         self.ctx.events_changed(session, wake)
         return lease

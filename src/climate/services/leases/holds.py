@@ -11,6 +11,7 @@ from climate.domain.actor import Actor
 from climate.domain.status import LeaseStatus, ReservationStatus, check_lease_transition
 from climate.errors import Conflict
 from climate.fairshare import admission as fairshare
+from climate.fairshare import credits
 from climate.services import demand_record as demand
 from climate.services.leases.base import LeaseBase, new_events, record
 
@@ -39,6 +40,7 @@ class Holds(LeaseBase):
             lease.events.extend(new_events(lease, now, lease_rows.reminder_offsets(lease)))
             session.flush()
             fairshare.admit(self.ctx, session, actor, lease, now, "confirm")
+            credits.encumber(self.ctx, session, actor, lease, now, "confirm")
             self._notify(session, "lease.update", lease, now, "lease.hold.confirm")
             record(session, now, actor, "lease.confirm", lease, {"status": LeaseStatus.PENDING})
             self.ctx.events_changed(session, lease.start_date)
@@ -61,6 +63,7 @@ class Holds(LeaseBase):
             lease.status_reason = f"hold not confirmed by {lease.hold_expires_at}"
             lease.updated_at = now
             session.flush()
+            credits.settle(self.ctx, session, "manager", lease, now)
             self._notify(session, "lease.update", lease, now, "lease.hold.expire")
             unserved = demand.unserved(self.ctx, lease, demand.ABANDONED, "hold_expired")
         demand.record(self.ctx, unserved)

@@ -13,6 +13,7 @@ from climate.db.tables import Lease, RefusedDemand
 from climate.domain.admission import Refused
 from climate.domain.status import LeaseStatus, LeaseType, check_lease_transition
 from climate.fairshare import admission as fairshare
+from climate.fairshare import credits
 from climate.services import demand_record as demand
 from climate.services.leases.admission import attempt, book
 from climate.services.leases.base import new_events
@@ -88,6 +89,7 @@ class Queue(Holds):
         lease.events.extend(new_events(lease, now, lease_rows.reminder_offsets(lease)))
         session.flush()
         fairshare.admit(self.ctx, session, "manager", lease, now, "queue")
+        credits.encumber(self.ctx, session, "manager", lease, now, "queue")
         self._notify(session, "lease.update", lease, now, "lease.waiting.admit")
         self.ctx.events_changed(session, now)
 

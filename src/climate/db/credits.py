@@ -1,0 +1,202 @@
+"""Credits' rows (docs/credits.md): a balance per project, changed only by one conditional
+``UPDATE ... WHERE balance + delta >= 0``, so no two transactions can take it below zero on any
+database (on PostgreSQL the second waits for the first's row lock, then re-checks the condition
+against the committed balance; SQLite serialises writers); the append-only ledger; and what a
+lease holds, to be priced. Amounts are whole cents."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from climate.db.tables import (
+    CreditBalance,
+    CreditEntry,
+    HostAllocation,
+    HostProperty,
+    InstanceAllocation,
+    Item,
+    ItemAllocation,
+    VolumeAllocation,
+    table_of,
+)
+
+BALANCES = table_of(CreditBalance)
+LEDGER = table_of(CreditEntry)
+# Prebuilt: admission runs these once each; building them per call cost more than running them.
+_BALANCE = BALANCES.c.balance_cents
+_MOVE = (
+    update(BALANCES)
+    .where(BALANCES.c.project_id == bindparam("p"), _BALANCE + bindparam("d") >= 0)
+    .values(balance_cents=_BALANCE + bindparam("d"))
+    .returning(_BALANCE)
+)
+_APPEND = LEDGER.insert().returning(LEDGER.c.id)
+_HOST_PROPERTIES = select(HostProperty.host_id, HostProperty.name, HostProperty.value).where(
+    HostProperty.host_id.in_(bindparam("ids", expanding=True))
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    project_id: str
+    lease_id: str | None
+    kind: str
+    amount_cents: int
+    encumbered_cents: int
+    actor: str
+    at: dt.datetime
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """An entry as the ledger keeps it."""
+
+    id: int
+    entry: Entry
+    balance_cents: int
+
+
+def balance(session: Session, project_id: str) -> int | None:
+    """The project's balance in cents; None: it never had one."""
+    found = session.execute(
+        select(BALANCES.c.balance_cents).where(BALANCES.c.project_id == project_id)
+    ).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+def open_account(session: Session, project_id: str) -> None:
+    """Make sure the project has a balance row (at zero if it had none)."""
+    insert_ = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(
+        insert_(BALANCES)
+        .values(project_id=project_id, balance_cents=0)
+        .on_conflict_do_nothing(index_elements=["project_id"])
+    )
+
+
+def move(session: Session, project_id: str, delta: int) -> int | None:
+    """Add ``delta`` cents to the project's balance unless that would take it below zero (or it
+    has no balance row); the balance after, or None (nothing changed)."""
+    found = session.execute(_MOVE, {"p": project_id, "d": delta}).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+def append(session: Session, entry: Entry, balance_cents: int) -> Written:
+    """Write ``entry`` to the ledger with the balance after it."""
+    row = {
+        "project_id": entry.project_id,
+        "lease_id": entry.lease_id,
+        "kind": entry.kind,
+        "amount_cents": entry.amount_cents,
+        "encumbered_cents": entry.encumbered_cents,
+        "balance_cents": balance_cents,
+        "actor": entry.actor,
+        "at": entry.at,
+        "note": entry.note,
+    }
+    new_id = session.execute(_APPEND, row).scalar_one()
+    return Written(int(new_id), entry, balance_cents)
+
+
+def encumbered(session: Session, lease_id: str) -> int | None:
+    """What ``lease_id`` holds encumbered, in cents; None: it has no ledger entry."""
+    found = session.execute(
+        select(func.sum(LEDGER.c.encumbered_cents), func.count()).where(
+            LEDGER.c.lease_id == lease_id
+        )
+    ).one()
+    return None if not found[1] else int(found[0])
+
+
+def entries(
+    session: Session, project_id: str, limit: int, marker: int | None = None
+) -> list[Written]:
+    """The project's ledger, oldest first, from after entry ``marker``."""
+    query = select(LEDGER).where(LEDGER.c.project_id == project_id)
+    if marker is not None:
+        query = query.where(LEDGER.c.id > marker)
+    rows = session.execute(query.order_by(LEDGER.c.id).limit(limit)).all()
+    return [_written(row) for row in rows]
+
+
+def totals(session: Session, project_id: str) -> tuple[int, int]:
+    """The sums of the project's ledger: of its amounts, and of what it holds encumbered."""
+    found = session.execute(
+        select(
+            func.coalesce(func.sum(LEDGER.c.amount_cents), 0),
+            func.coalesce(func.sum(LEDGER.c.encumbered_cents), 0),
+        ).where(LEDGER.c.project_id == project_id)
+    ).one()
+    return int(found[0]), int(found[1])
+
+
+def _written(row: Any) -> Written:
+    entry = Entry(
+        row.project_id,
+        row.lease_id,
+        row.kind,
+        int(row.amount_cents),
+        int(row.encumbered_cents),
+        row.actor,
+        row.at,
+        row.note,
+    )
+    return Written(int(row.id), entry, int(row.balance_cents))
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One allocation of a lease: ``amounts`` of resource ``resource`` (of allocation table
+    ``table``: ``host``, ``instance``, ``volume`` or an item kind) over [start, end)."""
+
+    table: str
+    resource: int
+    amounts: tuple[int, ...]
+    start: dt.datetime
+    end: dt.datetime
+
+
+_HOLDINGS = {
+    table: select(model.start_date, model.end_date, *columns).where(
+        model.lease_id == bindparam("lease_id")
+    )
+    for table, model, columns in (
+        ("host", HostAllocation, [HostAllocation.host_id]),
+        (
+            "instance",
+            InstanceAllocation,
+            [InstanceAllocation.host_id, InstanceAllocation.vcpus, InstanceAllocation.memory_mb],
+        ),
+        ("volume", VolumeAllocation, [VolumeAllocation.pool_id, VolumeAllocation.size_gb]),
+        ("items", ItemAllocation, [ItemAllocation.item_id, Item.kind]),
+    )
+}
+_HOLDINGS["items"] = _HOLDINGS["items"].join(Item, Item.id == ItemAllocation.item_id)
+
+
+def holdings(session: Session, lease_id: str, tables: Collection[str]) -> Iterator[Holding]:
+    """Every allocation ``lease_id`` has in ``tables`` (``host``, ``instance``, ``volume``,
+    ``items``), as this transaction sees it."""
+    for table in tables:
+        for row in session.execute(_HOLDINGS[table], {"lease_id": lease_id}):
+            if table == "items":
+                yield Holding(str(row[3]), int(row[2]), (1,), row[0], row[1])
+            else:
+                yield Holding(table, int(row[2]), tuple(int(v) for v in row[3:]) or (1,), *row[:2])
+
+
+def host_properties(session: Session, ids: Collection[int]) -> dict[int, dict[str, str]]:
+    """These hosts' properties, by id."""
+    found: dict[int, dict[str, str]] = {}
+    for host, name, value in session.execute(_HOST_PROPERTIES, {"ids": list(ids)}):
+        found.setdefault(int(host), {})[str(name)] = str(value)
+    return found

@@ -768,7 +768,10 @@ class OpenStackBackend(Backend):
     def _set_inventory(self, host: str, rc: str, total: int) -> None:
         for attempt in range(CONFLICT_ATTEMPTS):
             # A concurrent writer (another reservation's start, nova-compute) bumped the
-            # provider's generation: read it again, after a short random pause.
+            # provider's generation: read it again, after a short random pause. Placement may
+            # also not know a resource class made a moment ago by this very start: each of its
+            # threads caches the classes and refreshes the cache from its own snapshot of the
+            # database, which under concurrent starts can predate the class (400).
             if attempt:
                 time.sleep(random.uniform(0, 0.05 * attempt))
             child = self._child(host)
@@ -788,6 +791,8 @@ class OpenStackBackend(Backend):
                 response = self.conn.placement.put(
                     f"{base}/{rc}", json=body, microversion=PLACEMENT_MICROVERSION, raise_exc=False
                 )
+            if response.status_code == 400 and "No such resource class" in response.text:
+                continue
             if response.status_code != 409:
                 break
         if response.status_code >= 400:

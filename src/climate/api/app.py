@@ -49,6 +49,7 @@ from climate.services.availability import AvailabilityService
 from climate.services.healing import HealingService
 from climate.services.health import HealthService
 from climate.services.hosts import HostService
+from climate.services.idle import IdleService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
 from climate.services.leases import LeaseService
@@ -131,6 +132,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         instances=InstanceAllocationService(ctx),
         healing=HealingService(ctx, timeboxed),
         power=PowerService(ctx, timeboxed),
+        idle=IdleService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)

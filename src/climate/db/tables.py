@@ -453,3 +453,16 @@ class HostPower(Base):
     host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
     off_at: Mapped[dt.datetime]
     on_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class LeaseIdle(Base):
+    """Idle reclamation's record of a lease (services/idle.py): when it was last seen in use
+    (a heartbeat, or the backend's probe) and when it was last warned. A lease without a row
+    was never seen in use nor warned: it is idle since its start."""
+
+    __tablename__ = "lease_idle"
+    lease_id: Mapped[str] = mapped_column(
+        ForeignKey("leases.id", ondelete="CASCADE"), primary_key=True
+    )
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    warned_at: Mapped[dt.datetime | None] = mapped_column(default=None)

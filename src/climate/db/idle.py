@@ -32,7 +32,7 @@ def watched(
     )
     if exempt_projects:
         query = query.where(Lease.project_id.not_in(list(exempt_projects)))
-    return [(lease, record) for lease, record in session.execute(query).tuples()]
+    return [(lease, record) for lease, record in session.execute(query)]
 
 
 def record_of(session: Session, lease_id: str) -> LeaseIdle | None:

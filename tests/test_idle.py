@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from climate.backends.base import Action, InspectUsage, Result, Usage
 from climate.backends.faulty import FaultyBackend
@@ -19,7 +19,7 @@ from climate.backends.standalone import StandaloneBackend
 from climate.cli.main import main
 from climate.config import Settings, load_settings
 from climate.db.engine import Database
-from climate.db.tables import AuditLog, OutboxMessage
+from climate.db.tables import AuditLog, Event, OutboxMessage
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -56,12 +56,15 @@ class World(StandaloneBackend):
     def __init__(self) -> None:
         self.busy: set[str] = set()
         self.probes = 0
+        self.during_probe: Callable[[], object] = lambda: None
+        """What happens in the world while the backend looks (a heartbeat, a crash)."""
 
     def handle(self, actions: Sequence[Action]) -> list[Result]:
         results = super().handle(actions)
         for i, action in enumerate(actions):
             if isinstance(action, InspectUsage):
                 self.probes += 1
+                self.during_probe()
                 results[i] = Usage(
                     {h.reservation_id: h.reservation_id in self.busy for h in action.handovers}
                 )
@@ -184,6 +187,46 @@ def test_a_release_always_comes_the_gap_after_its_warning(
     assert look(ctx, manager, T0 + 10 * HOUR).warned == (running,)
     assert look(ctx, manager, T0 + 12 * HOUR - MINUTE) == IdlePass()
     assert look(ctx, manager, T0 + 12 * HOUR).released == (running,)
+
+
+def test_a_heartbeat_during_the_probe_is_not_overlooked(
+    ctx: ServiceContext, manager: Manager, world: World, running: str
+) -> None:
+    world.during_probe = lambda: IdleService(ctx).heartbeat(ALICE, running)
+    assert look(ctx, manager, T0 + 4 * HOUR) == IdlePass()
+    assert audited(ctx, running) == []
+
+
+def test_a_probe_that_raises_decides_nothing(
+    ctx: ServiceContext, manager: Manager, world: World, running: str
+) -> None:
+    def cloud_down() -> None:
+        raise ConnectionError("nova unreachable")
+
+    world.during_probe = cloud_down
+    assert look(ctx, manager, T0 + 10 * HOUR) == IdlePass()
+    assert audited(ctx, running) == []
+
+
+def test_a_lease_whose_event_a_manager_runs_is_released_at_a_later_look(
+    ctx: ServiceContext, leases: LeaseService, manager: Manager, running: str
+) -> None:
+    assert look(ctx, manager, T0 + 4 * HOUR).warned == (running,)
+    with ctx.db.transaction() as session:
+        (end,) = session.scalars(
+            select(Event).where(Event.lease_id == running, Event.event_type == "end_lease")
+        )
+        end.status, end.claimed_by = "IN_PROGRESS", "another-manager"
+        end.claimed_until = T0 + 7 * HOUR
+    assert look(ctx, manager, T0 + 6 * HOUR) == IdlePass()
+    assert leases.get(ALICE, running).status == "ACTIVE"
+    with ctx.db.transaction() as session:
+        session.execute(
+            update(Event)
+            .where(Event.lease_id == running, Event.event_type == "end_lease")
+            .values(status="UNDONE", claimed_by=None, claimed_until=None)
+        )
+    assert look(ctx, manager, T0 + 6 * HOUR + MINUTE).released == (running,)
 
 
 def test_exempt_projects_are_never_warned_nor_released(

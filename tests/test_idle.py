@@ -29,7 +29,7 @@ from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.idle import IdlePass, IdleService
 from climate.services.leases import LeaseService
-from tests.conftest import ALICE, BOB, T0, serve
+from tests.conftest import ADMIN, ALICE, BOB, T0, serve
 from tests.helpers import add_hosts, host_request
 
 HOUR = dt.timedelta(hours=1)
@@ -249,6 +249,26 @@ def test_exempt_projects_are_never_warned_nor_released(
     assert (beat.warning_at, beat.release_at) == (None, None)
 
 
+def test_a_lease_an_admin_exempted_is_never_warned_nor_released_until_watched_again(
+    ctx: ServiceContext, leases: LeaseService, manager: Manager, running: str
+) -> None:
+    idle = IdleService(ctx)
+    with pytest.raises(Forbidden, match="climate:leases:idle_exempt"):
+        idle.exempt(ALICE, running, True)  # the lessee may not opt itself out
+    with pytest.raises(NotFound):
+        idle.exempt(ADMIN, "no-such-lease", True)
+    state = idle.exempt(ADMIN, running, True)
+    assert (state.lease_id, state.exempt, state.warned_at) == (running, True, None)
+    assert look(ctx, manager, T0 + 40 * HOUR) == IdlePass()
+    assert idle.heartbeat(ALICE, running).release_at is None
+    assert idle.exempt(ADMIN, running, False).last_used_at == T0 + 40 * HOUR
+    assert look(ctx, manager, T0 + 44 * HOUR).warned == (running,)
+    with ctx.db.reader() as session:
+        query = select(AuditLog.action).where(AuditLog.target_id == running)
+        actions = list(session.scalars(query.order_by(AuditLog.id)))
+    assert actions[-3:] == ["lease.idle.exempt", "lease.idle.exempt", "lease.idle.warning"]
+
+
 def test_only_the_resource_types_in_scope_are_watched(
     settings: Settings, db: Database, clock: ManualClock, world: World
 ) -> None:
@@ -403,6 +423,24 @@ def test_the_heartbeat_route(live_lease: tuple[str, str]) -> None:
     assert httpx.post(f"{url}/v1/leases/no-such-lease/heartbeat").status_code == 404
 
 
+def test_the_idle_exemption_route(live_lease: tuple[str, str]) -> None:
+    url, lease_id = live_lease
+    path = f"{url}/v1/leases/{lease_id}/idle"
+    alice = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
+    refused = httpx.put(path, json={"exempt": True}, headers=alice)
+    assert refused.status_code == 403
+    assert "climate:leases:idle_exempt" in refused.json()["error_message"]
+    bob = {"X-Project-Id": "project-b", "X-User-Id": "bob", "X-Roles": "member"}
+    assert httpx.put(path, json={"exempt": True}, headers=bob).status_code == 404
+    for bad in ({"exempt": "yes"}, {}, {"exempt": True, "why": "x"}):
+        assert httpx.put(path, json=bad).status_code == 400, bad
+    shown = httpx.put(path, json={"exempt": True})
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["idle"]["exempt"] is True and shown.json()["idle"]["lease_id"] == lease_id
+    beat = httpx.post(f"{url}/v1/leases/{lease_id}/heartbeat", headers=alice).json()
+    assert beat["heartbeat"]["release_at"] is None
+
+
 def test_the_cli_sends_a_heartbeat(
     live_lease: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -413,3 +451,9 @@ def test_the_cli_sends_a_heartbeat(
     assert "if idle, warned at" in said
     main(["lease", "heartbeat", lease_id, "--url", url, "--json"])
     assert f'"lease_id": "{lease_id}"' in capsys.readouterr().out
+    main(["lease", "idle-exempt", "now", "--url", url])
+    assert capsys.readouterr().out == f"lease {lease_id}: exempt from idle reclamation\n"
+    main(["lease", "heartbeat", "now", "--url", url])
+    assert capsys.readouterr().out.endswith("; idle reclamation does not watch it\n")
+    main(["lease", "idle-exempt", "now", "--off", "--url", url])
+    assert capsys.readouterr().out == f"lease {lease_id}: watched by idle reclamation\n"

@@ -252,6 +252,10 @@ def call_every_operation(call: Conformance) -> None:
     running = {**lease, "name": "running", "start_date": "now", "end_date": "2030-12-31 00:00"}
     now = call("POST", "/v1/leases", 201, json=running).json()["lease"]
     call("POST", beat, 200, at={"lease_id": active(call.http, now["id"])})
+    idle = "/v1/leases/{lease_id}/idle"
+    call("PUT", idle, 200, json={"exempt": True}, at={"lease_id": now["id"]})
+    call("PUT", idle, 400, json={"exempt": "yes"}, at={"lease_id": now["id"]})
+    call("PUT", idle, 404, json={"exempt": True}, at={"lease_id": "no-such-lease"})
     ids = {"lease_id": created["id"], "reservation_id": created["reservations"][0]["id"]}
     call("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/start", 409, at=ids)
     call("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/acknowledge", 409, at=ids)

@@ -19,7 +19,8 @@ def watched(
     session: Session, resource_types: Collection[str], exempt_projects: Collection[str]
 ) -> Sequence[tuple[Lease, LeaseIdle | None]]:
     """Every running (ACTIVE, live) lease with a reservation of one of ``resource_types``,
-    outside ``exempt_projects``, with its record (None: never seen in use nor warned)."""
+    outside ``exempt_projects`` and not exempted itself, with its record (None: never seen in
+    use, warned nor exempted)."""
     query = (
         select(Lease, LeaseIdle)
         .outerjoin(LeaseIdle, LeaseIdle.lease_id == Lease.id)
@@ -27,6 +28,7 @@ def watched(
             Lease.status == LeaseStatus.ACTIVE,
             Lease.deleted_at.is_(None),
             Lease.reservations.any(Reservation.resource_type.in_(list(resource_types))),
+            or_(LeaseIdle.lease_id.is_(None), LeaseIdle.exempt.is_(False)),
         )
         .order_by(Lease.start_date, Lease.id)
     )
@@ -62,3 +64,8 @@ def used(session: Session, lease_id: str, at: dt.datetime) -> None:
 def warned(session: Session, lease_id: str, at: dt.datetime) -> None:
     _ensure(session, lease_id)
     session.execute(update(LeaseIdle).where(LeaseIdle.lease_id == lease_id).values(warned_at=at))
+
+
+def exempt(session: Session, lease_id: str, exempted: bool) -> None:
+    _ensure(session, lease_id)
+    session.execute(update(LeaseIdle).where(LeaseIdle.lease_id == lease_id).values(exempt=exempted))

@@ -457,8 +457,8 @@ class HostPower(Base):
 
 class LeaseIdle(Base):
     """Idle reclamation's record of a lease (services/idle.py): when it was last seen in use
-    (a heartbeat, or the backend's probe) and when it was last warned. A lease without a row
-    was never seen in use nor warned: it is idle since its start."""
+    (a heartbeat, or the backend's probe), when it was last warned, whether an admin exempted
+    it. A lease without a row was never seen in use nor warned: it is idle since its start."""
 
     __tablename__ = "lease_idle"
     lease_id: Mapped[str] = mapped_column(
@@ -466,3 +466,5 @@ class LeaseIdle(Base):
     )
     last_used_at: Mapped[dt.datetime | None] = mapped_column(default=None)
     warned_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    exempt: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Set by an admin: never warned nor released, whatever its idleness."""

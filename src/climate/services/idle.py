@@ -5,8 +5,8 @@ start and the last sign of use. Signs of use: the backend's answer to ``InspectU
 consumer's heartbeats (``POST /v1/leases/{id}/heartbeat``, the only sign the standalone backend
 has). A warning goes out once per idle stretch, a sign of use starts a new stretch, and the end
 comes at least ``idle_release_hours - idle_warning_hours`` after the warning. Leases of
-``idle_exempt_projects`` are never warned nor ended. Each warning and end is audited and
-notified (``lease.idle.warning``, ``lease.idle.release``)."""
+``idle_exempt_projects``, and those an admin exempted, are never warned nor ended. Each warning
+and end is audited and notified (``lease.idle.warning``, ``lease.idle.release``)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,17 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class IdleState:
+    """A lease as idle reclamation has it: exempted by an admin, last seen in use, last
+    warned."""
+
+    lease_id: str
+    exempt: bool
+    last_used_at: dt.datetime | None
+    warned_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
 class IdlePass:
     """What one pass of the manager did: the leases seen in use, warned and released."""
 
@@ -107,13 +118,50 @@ class IdleService:
     def _release_after(self) -> dt.timedelta:
         return dt.timedelta(hours=self.ctx.settings.idle_release_hours)
 
-    def _watches(self, lease: Lease) -> bool:
+    def _watches(self, lease: Lease, record: LeaseIdle | None) -> bool:
         settings = self.ctx.settings
         return (
             settings.idle_reclaim
             and lease.project_id not in settings.idle_exempt_projects
+            and not (record is not None and record.exempt)
             and any(r.resource_type in settings.idle_resource_types for r in lease.reservations)
         )
+
+    def _lease(self, session: Session, actor: Actor, lease_id: str, rule: str) -> Lease:
+        """The live lease if the caller may see it (else NotFound, as every lease route) and
+        ``rule`` allows the action on it (else Forbidden)."""
+        lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
+        if lease is None:
+            raise NotFound("Lease", lease_id)
+        self.ctx.policy.enforce(
+            actor, rule, {"project_id": lease.project_id, "user_id": lease.user_id}
+        )
+        return lease
+
+    # -- an admin's opt-out ------------------------------------------------------------------
+
+    def exempt(self, actor: Actor, lease_id: str, exempted: bool) -> IdleState:
+        """Exempt the lease from idle reclamation (or no longer); audited ``lease.idle.exempt``.
+
+        :raises NotFound: no such lease visible to the caller.
+        :raises Forbidden: not an admin (``climate:leases:idle_exempt``).
+        """
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction() as session:
+            lease = self._lease(session, actor, lease_id, "climate:leases:idle_exempt")
+            idle_rows.exempt(session, lease.id, exempted)
+            audit.record(
+                session,
+                at=now,
+                actor=actor,
+                action="lease.idle.exempt",
+                target_type="lease",
+                target_id=lease.id,
+                detail={"project_id": lease.project_id, "exempt": exempted},
+            )
+            record = idle_rows.record_of(session, lease.id)
+            assert record is not None
+            return IdleState(lease.id, record.exempt, record.last_used_at, record.warned_at)
 
     # -- the consumer's sign of use ----------------------------------------------------------
 
@@ -126,18 +174,11 @@ class IdleService:
         """
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
-            lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
-            if lease is None:
-                raise NotFound("Lease", lease_id)
-            self.ctx.policy.enforce(
-                actor,
-                "climate:leases:heartbeat",
-                {"project_id": lease.project_id, "user_id": lease.user_id},
-            )
+            lease = self._lease(session, actor, lease_id, "climate:leases:heartbeat")
             if lease.status != LeaseStatus.ACTIVE:
                 raise Conflict(f"lease {lease.id} is {lease.status}: only a running lease is used")
             idle_rows.used(session, lease.id, now)
-            watched = self._watches(lease)
+            watched = self._watches(lease, idle_rows.record_of(session, lease.id))
         return Heartbeat(
             lease.id,
             now,
@@ -204,7 +245,9 @@ class IdleService:
         with self.ctx.db.transaction() as session:
             lease = lease_rows.get(session, lease_id)
             record = idle_rows.record_of(session, lease_id)
-            if lease is None or lease.status != LeaseStatus.ACTIVE or not self._watches(lease):
+            if lease is None or lease.status != LeaseStatus.ACTIVE:
+                return False
+            if not self._watches(lease, record):
                 return False
             idle = stretch(lease, record)
             if step(idle, now, self._warn_after, self._release_after) is not Step.WARN:
@@ -226,7 +269,7 @@ class IdleService:
             with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
                 lease = operator.lock(session, lease_id, now)
                 record = idle_rows.record_of(session, lease_id)
-                if lease.status != LeaseStatus.ACTIVE or not self._watches(lease):
+                if lease.status != LeaseStatus.ACTIVE or not self._watches(lease, record):
                     return False
                 idle = stretch(lease, record)
                 if step(idle, now, self._warn_after, self._release_after) is not Step.RELEASE:

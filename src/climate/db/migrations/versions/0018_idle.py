@@ -1,4 +1,5 @@
-"""lease idle: when each lease was last seen in use and last warned of idleness
+"""lease idle: when each lease was last seen in use and last warned of idleness, and whether
+an admin exempted it
 
 Revision ID: 0018
 Revises: 0017
@@ -27,6 +28,7 @@ def upgrade() -> None:
         ),
         sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("warned_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("exempt", sa.Boolean(), nullable=False, server_default=sa.false()),
     )
 
 

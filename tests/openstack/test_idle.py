@@ -1,7 +1,7 @@
 """Idle reclamation's sign of use on the real rig: a running host lease reads idle while nothing
 runs on its host, in use once the lessee's server is ACTIVE there, and idle again once it is
-gone (``InspectUsage``, backends/openstack/servers.py). Proved with servers booted through
-Nova, not Climate's word."""
+gone; an instance lease likewise with a server of its flavor (``InspectUsage``,
+backends/openstack/servers.py). Proved with servers booted through Nova, not Climate's word."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.conftest import ADMIN
 from tests.openstack.conftest import boot, lease_now
 
 HOUR = dt.timedelta(hours=1)
+WATCHING = {"idle_reclaim": True, "idle_warning_hours": 1.0, "idle_release_hours": 2.0}
 
 
 def test_a_host_lease_is_in_use_while_a_server_runs_on_its_host(
@@ -31,8 +32,7 @@ def test_a_host_lease_is_in_use_while_a_server_runs_on_its_host(
     openstack_env: dict[str, str],
 ) -> None:
     rig, backend = climate
-    watching = {"idle_reclaim": True, "idle_warning_hours": 1.0, "idle_release_hours": 2.0}
-    ctx = build_context(rig.settings.model_copy(update=watching), rig.db, clock)
+    ctx = build_context(rig.settings.model_copy(update=WATCHING), rig.db, clock)
     actor, lessee_conn = lessee
     HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute3", {})
     lease = lease_now(ctx, clock, actor, name="idle-or-not", end_policy="delete")
@@ -66,6 +66,40 @@ def test_a_host_lease_is_in_use_while_a_server_runs_on_its_host(
             assert backend.handle([InspectUsage((handover,))]) == [Usage({reservation.id: False})]
         finally:
             cloud.compute.delete_flavor(flavor)
+    finally:
+        clock.set(start + HOUR)
+        manager.run_due()
+
+
+def test_an_instance_lease_is_in_use_while_a_server_of_its_flavor_runs(
+    climate: Any,
+    cloud: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+) -> None:
+    rig, backend = climate
+    ctx = build_context(rig.settings.model_copy(update=WATCHING), rig.db, clock)
+    actor, lessee_conn = lessee
+    HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute2", {})
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": None}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="idle-instances", **fields)
+    start = lease.start_date
+    (reservation,) = lease.reservations
+    rid = reservation.id
+    handover = Handover(lease.id, rid, actor.project_id, "virtual:instance", (), start)
+    manager = Manager(ctx, backend)
+    idle = IdleService(ctx, Timeboxed(backend, 60))
+    try:
+        manager.run_due()
+        assert LeaseService(ctx).get(actor, lease.id).status == "ACTIVE"
+        assert backend.handle([InspectUsage((handover,))]) == [Usage({rid: False})]
+        server = boot(lessee_conn, openstack_env["OSTEST_IMAGE_ID"], rid)
+        assert backend.handle([InspectUsage((handover,))]) == [Usage({rid: True})]
+        assert idle.run().in_use == (lease.id,)
+        lessee_conn.compute.stop_server(server)
+        lessee_conn.compute.wait_for_server(server, status="SHUTOFF", wait=60)
+        assert backend.handle([InspectUsage((handover,))]) == [Usage({rid: False})]
     finally:
         clock.set(start + HOUR)
         manager.run_due()

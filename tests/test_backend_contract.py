@@ -24,6 +24,7 @@ from climate.backends.base import (
     Enrol,
     Handover,
     Inspected,
+    InspectUsage,
     Migrate,
     Migration,
     Replace,
@@ -31,6 +32,7 @@ from climate.backends.base import (
     StartManual,
     Timeboxed,
     UnknownResource,
+    Usage,
     Withdraw,
 )
 from climate.backends.faulty import FaultyBackend
@@ -229,3 +231,21 @@ def test_a_start_of_many_reservations_makes_each_and_the_end_takes_each_back(
         for h in many:
             assert conn.compute.find_flavor(h.reservation_id, ignore_missing=True) is None
             assert aggregate(conn, h.reservation_id) is None
+
+
+@pytest.mark.parametrize("make", [host_handover, instance_handover], ids=["hosts", "instances"])
+def test_inspect_usage_answers_for_each_reservation_and_changes_nothing(
+    backend: Backend, make: type[Handover]
+) -> None:
+    """Nothing booted: a backend with a world sees the reservation idle; the standalone one
+    cannot tell (the consumer's heartbeats do). A type the world does not show is unknown."""
+    h = make()
+    other = replace(host_handover(), resource_type="network:floatingip", resource_ids=("9",))
+    ok(backend.handle([Start((h,))])[0])
+    for _ in range(2):  # read-only: asking again answers the same
+        (result,) = backend.handle([InspectUsage((h, other))])
+        assert isinstance(result, Usage), result
+        expected = False if backend.name == "openstack" else None
+        assert result.in_use == {h.reservation_id: expected, other.reservation_id: None}
+    assert backend.handle([InspectUsage(())]) == [Usage({})]
+    ok(backend.handle([End((h,))])[0])

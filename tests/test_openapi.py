@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -247,6 +248,16 @@ def call_every_operation(call: Conformance) -> None:
     hold = call("POST", "/v1/leases", 201, json={**held, "hold": {"expires_in": 600}}).json()
     call("POST", "/v1/leases/{lease_id}/confirm", 200, at={"lease_id": hold["lease"]["id"]})
     call("POST", "/v1/leases/{lease_id}/confirm", 409, at={"lease_id": hold["lease"]["id"]})
+    beat = "/v1/leases/{lease_id}/heartbeat"
+    call("POST", beat, 409, at={"lease_id": created["id"]})  # not running: nothing to use
+    call("POST", beat, 404, at={"lease_id": created["id"]}, headers=MEMBER)
+    running = {**lease, "name": "running", "start_date": "now", "end_date": "2030-12-31 00:00"}
+    now = call("POST", "/v1/leases", 201, json=running).json()["lease"]
+    call("POST", beat, 200, at={"lease_id": active(call.http, now["id"])})
+    idle = "/v1/leases/{lease_id}/idle"
+    call("PUT", idle, 200, json={"exempt": True}, at={"lease_id": now["id"]})
+    call("PUT", idle, 400, json={"exempt": "yes"}, at={"lease_id": now["id"]})
+    call("PUT", idle, 404, json={"exempt": True}, at={"lease_id": "no-such-lease"})
     ids = {"lease_id": created["id"], "reservation_id": created["reservations"][0]["id"]}
     call("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/start", 409, at=ids)
     call("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/acknowledge", 409, at=ids)
@@ -284,6 +295,15 @@ def call_every_operation(call: Conformance) -> None:
     call_item_operations(call)
     call_instance_operations(call)
     call_series_operations(call)
+
+
+def active(http: httpx.Client, lease_id: str) -> str:
+    """``lease_id`` once the manager has started it (within 10 s)."""
+    deadline = time.monotonic() + 10
+    while http.get(f"/v1/leases/{lease_id}").json()["lease"]["status"] != "ACTIVE":
+        assert time.monotonic() < deadline, f"lease {lease_id} did not start"
+        time.sleep(0.05)
+    return lease_id
 
 
 def call_instance_operations(call: Conformance) -> None:

@@ -123,6 +123,20 @@ class Settings(BaseSettings):
     """How often the manager looks for hosts to power down or wake."""
     power_host_watts: float = Field(300.0, ge=0)
     """What an idle host draws while on: the savings report's kWh."""
+    idle_reclaim: bool = False
+    """Release leases nobody uses (docs/idle.md): a warning after ``idle_warning_hours`` without
+    a sign of use, the lease ended after ``idle_release_hours``. Off: nothing is probed."""
+    idle_warning_hours: float = Field(24.0, gt=0, le=24 * 366)
+    idle_release_hours: float = Field(48.0, gt=0, le=24 * 366)
+    idle_interval_seconds: Seconds = 300.0
+    """How often the manager asks the backend whether running leases are in use."""
+    idle_resource_types: Annotated[tuple[str, ...], NoDecode, Field(min_length=1)] = (
+        "physical:host",
+        "virtual:instance",
+    )
+    """Leases with a reservation of one of these types are watched; the others never idle."""
+    idle_exempt_projects: Annotated[tuple[str, ...], NoDecode] = ()
+    """Projects whose leases are never warned nor released for idleness."""
     hold_max_seconds: int = Field(86_400, ge=1)
     flavors: str = (
         "m1.tiny=1:512:1,m1.small=1:2048:20,m1.medium=2:4096:40,m1.large=4:8192:80,"
@@ -224,7 +238,13 @@ class Settings(BaseSettings):
         # of a bad value; Settings(...) on its own reads nothing else.
         return (init_settings,)
 
-    @field_validator("webhooks", "notification_topics", mode="before")
+    @field_validator(
+        "webhooks",
+        "notification_topics",
+        "idle_resource_types",
+        "idle_exempt_projects",
+        mode="before",
+    )
     @classmethod
     def _comma_separated(cls, raw: object) -> object:
         if isinstance(raw, str):
@@ -252,6 +272,25 @@ class Settings(BaseSettings):
                 f"({lead:g}) plus power_interval_seconds ({seconds:g})"
             )
         return seconds
+
+    @field_validator("idle_release_hours")
+    @classmethod
+    def _release_after_warning(cls, hours: float, info: ValidationInfo) -> float:
+        warning = info.data.get("idle_warning_hours")
+        if warning is not None and hours <= warning:
+            # The warning must come first, with time left to act on it.
+            raise ValueError(
+                f"must be longer than idle_warning_hours ({warning:g} h), not {hours:g} h"
+            )
+        return hours
+
+    @field_validator("idle_resource_types", "idle_exempt_projects")
+    @classmethod
+    def _names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in names if any(c.isspace() or not c.isprintable() for c in n)]
+        if bad:
+            raise ValueError("names without spaces, not " + ", ".join(map(repr, bad)))
+        return names
 
     @field_validator("webhooks")
     @classmethod

@@ -46,6 +46,13 @@ class ServiceContext:
         self.policy = load_policy(self.settings.admin_role, self.settings.policy_file)
         for resource_type in self.resource_types.values():
             resource_type.configure(self.settings)
+        unknown = [t for t in self.settings.idle_resource_types if t not in self.resource_types]
+        if self.settings.idle_reclaim and unknown:
+            raise InvalidInput(
+                "idle_resource_types",
+                f"no resource type {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(self.resource_types))}",
+            )
 
     def handover(self, lease: Lease, reservation: Reservation, at: dt.datetime) -> Handover:
         """What the backend needs to hand ``reservation``'s resources over or take them back."""

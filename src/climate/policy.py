@@ -98,6 +98,8 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "climate:leases:confirm": owner_write,
         "climate:leases:start_reservation": owner_write,
         "climate:leases:acknowledge": owner_write,
+        "climate:leases:heartbeat": owner_write,
+        "climate:leases:idle_exempt": "rule:admin",
         "climate:leases:priority": "rule:admin",
         "climate:series:create": owner_write,
         "climate:series:get": owner_read,

@@ -53,6 +53,7 @@ from climate.services.demand import DemandService
 from climate.services.healing import HealingService
 from climate.services.health import HealthService
 from climate.services.hosts import HostService
+from climate.services.idle import IdleService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
 from climate.services.leases import LeaseService
@@ -135,6 +136,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         instances=InstanceAllocationService(ctx),
         healing=HealingService(ctx, timeboxed),
         power=PowerService(ctx, timeboxed),
+        idle=IdleService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
     app.state.authenticate = Authenticator(ctx.settings, tokens)

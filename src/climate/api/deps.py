@@ -17,6 +17,7 @@ from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
+from climate.services.idle import IdleService
 from climate.services.instances import InstanceAllocationService
 from climate.services.items import ItemService
 from climate.services.leases import LeaseService
@@ -38,6 +39,7 @@ class Services:
     instances: InstanceAllocationService
     healing: HealingService
     power: PowerService
+    idle: IdleService
     max_body_bytes: int
 
 

@@ -13,6 +13,13 @@ from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
 from climate.api.parsing import flag
 from climate.api.reservations import ActionsDep
 from climate.api.schemas import body, validated
+from climate.api.schemas.idle import (
+    HeartbeatAnswer,
+    IdleAnswer,
+    IdleUpdate,
+    heartbeat_answer,
+    idle_answer,
+)
 from climate.api.schemas.leases import LeaseCreate, LeaseUpdate
 from climate.db.tables import Lease
 from climate.domain.status import LeaseStatus
@@ -94,3 +101,19 @@ def delete_lease(actions: ActionsDep, actor: ActorDep, lease_id: str) -> Respons
 def confirm_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
     """Confirm a hold: the HELD lease becomes PENDING and starts at its start date."""
     return JSONResponse({"lease": wire.lease(services.leases.confirm(actor, lease_id))})
+
+
+@router.post("/{lease_id}/heartbeat", response_model=HeartbeatAnswer)
+def heartbeat(services: ServicesDep, actor: ActorDep, lease_id: str) -> HeartbeatAnswer:
+    """The running lease is in use now: idle reclamation counts its idleness from here
+    (docs/idle.md)."""
+    return heartbeat_answer(services.idle.heartbeat(actor, lease_id))
+
+
+@router.put("/{lease_id}/idle", response_model=IdleAnswer, openapi_extra=body(IdleUpdate))
+def exempt_from_idle(
+    services: ServicesDep, actor: ActorDep, lease_id: str, raw: BodyDep
+) -> IdleAnswer:
+    """Exempt the lease from idle reclamation, or no longer (admin)."""
+    wanted = validated(IdleUpdate, raw)
+    return idle_answer(services.idle.exempt(actor, lease_id, wanted.exempt))

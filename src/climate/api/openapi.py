@@ -20,6 +20,7 @@ from starlette.routing import compile_path
 from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.api.schemas import schemas as request_models
 from climate.api.schemas.demand import DemandResponse
+from climate.api.schemas.idle import HeartbeatAnswer, IdleAnswer
 from climate.api.schemas.ops import Health, Readiness
 from climate.api.schemas.power import PowerAnswer
 from climate.api.schemas.ui import TimelineAnswer
@@ -1210,7 +1211,9 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 }
 
 SCHEMAS.update(ITEM_SCHEMAS)
-SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer))
+SCHEMAS.update(
+    _pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer, HeartbeatAnswer, IdleAnswer)
+)
 SCHEMAS.update(_pydantic_schemas(TimelineAnswer))
 SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse, DemandResponse))
 
@@ -1263,6 +1266,8 @@ _ANSWERS: dict[str, JsonSchema] = {
     "host": _wrapped("host", _ref("Host")),
     "host_health": _ref("HostHealthPublic"),
     "power": _ref("PowerAnswer"),
+    "heartbeat": _ref("HeartbeatAnswer"),
+    "idle": _ref("IdleAnswer"),
     "health": _ref("Health"),
     "readiness": _ref("Readiness"),
     "billing": _ref("UsageResponse"),
@@ -1425,6 +1430,8 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/v1/leases/{lease_id}"): Operation((204, None), _ONE),
     ("POST", "/v1/leases/{lease_id}/retry"): Operation((200, "lease"), _ONE | {409}),
     ("POST", "/v1/leases/{lease_id}/confirm"): Operation((200, "lease"), _ONE | {409}),
+    ("POST", "/v1/leases/{lease_id}/heartbeat"): Operation((200, "heartbeat"), _ONE | {409}),
+    ("PUT", "/v1/leases/{lease_id}/idle"): Operation((200, "idle"), _ONE | {413}),
     ("POST", "/v1/leases/{lease_id}/reservations/{reservation_id}/start"): Operation(
         (200, "lease"), _ONE | {409}
     ),

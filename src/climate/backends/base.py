@@ -164,6 +164,14 @@ class PowerOn:
     name: str
 
 
+@dataclass(frozen=True)
+class InspectUsage:
+    """Is anything using these running reservations (idle reclamation, docs/idle.md)? The
+    answer is a ``Usage``. Read-only: nothing changes in the world."""
+
+    handovers: tuple[Handover, ...]
+
+
 Action = (
     Start
     | BeforeEnd
@@ -176,6 +184,7 @@ Action = (
     | Replace
     | PowerOff
     | PowerOn
+    | InspectUsage
 )
 
 ACTION_NAMES: dict[type[Action], str] = {
@@ -190,6 +199,7 @@ ACTION_NAMES: dict[type[Action], str] = {
     Replace: "replace",
     PowerOff: "power_off",
     PowerOn: "power_on",
+    InspectUsage: "inspect_usage",
 }
 
 
@@ -213,7 +223,17 @@ class Inspected:
     properties: Mapping[str, str] = field(default_factory=dict)
 
 
-Result = Done | Inspected | BaseException
+@dataclass(frozen=True)
+class Usage:
+    """The answer to ``InspectUsage``, per reservation id: True when something uses its
+    resources now (openstack: an ACTIVE server on its hosts or of its flavor), False when
+    nothing does, None when the backend cannot tell (standalone: the consumer's heartbeats,
+    ``POST /v1/leases/{id}/heartbeat``, are the only sign of use)."""
+
+    in_use: Mapping[str, bool | None] = field(default_factory=dict)
+
+
+Result = Done | Inspected | Usage | BaseException
 """Per action: what it did, or the exception that made it fail (nothing of it stays done)."""
 
 Outcome = BaseException | None
@@ -325,7 +345,7 @@ class Timeboxed:
             )
         return list(result)
 
-    def one(self, action: Action) -> Done | Inspected:
+    def one(self, action: Action) -> Done | Inspected | Usage:
         """The result of one action; raises its failure."""
         (result,) = self.handle([action])
         if isinstance(result, BaseException):

@@ -1,12 +1,22 @@
 """The standalone backend: no cloud. Every action succeeds at once; the caller records who holds
-what (db/assignments.py) and notifications go out."""
+what (db/assignments.py) and notifications go out. It cannot see whether a lease is in use: it
+answers "unknown", and the consumer's heartbeats tell (docs/idle.md)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 
-from climate.backends.base import Action, Backend, Done, Enrol, Inspected, Result
+from climate.backends.base import (
+    Action,
+    Backend,
+    Done,
+    Enrol,
+    Inspected,
+    InspectUsage,
+    Result,
+    Usage,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -21,5 +31,10 @@ class StandaloneBackend(Backend):
         results: list[Result] = []
         for action in actions:
             LOG.debug("standalone backend: %s", action)
-            results.append(Inspected() if isinstance(action, Enrol) else Done())
+            if isinstance(action, Enrol):
+                results.append(Inspected())
+            elif isinstance(action, InspectUsage):
+                results.append(Usage({h.reservation_id: None for h in action.handovers}))
+            else:
+                results.append(Done())
         return results

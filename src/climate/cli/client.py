@@ -115,6 +115,22 @@ def lease_command(args: argparse.Namespace) -> None:
     elif args.action == "force-end":
         body = {"skip_backend": args.skip_backend}
         show_lease(args, api, api.call("POST", f"{path}/force-end", body)["lease"])
+    elif args.action == "idle-exempt":
+        state = api.call("PUT", f"{path}/idle", {"exempt": not args.off})["idle"]
+        if not emit(args, state):
+            never = "exempt from" if state["exempt"] else "watched by"
+            print(f"lease {state['lease_id']}: {never} idle reclamation")
+    elif args.action == "heartbeat":
+        beat = api.call("POST", f"{path}/heartbeat")["heartbeat"]
+        if not emit(args, beat):
+            print(_heartbeat_line(beat))
+
+
+def _heartbeat_line(beat: dict[str, Any]) -> str:
+    said = f"lease {beat['lease_id']}: in use at {beat['at']}"
+    if beat["release_at"] is None:
+        return f"{said}; idle reclamation does not watch it"
+    return f"{said}; if idle, warned at {beat['warning_at']} and ended at {beat['release_at']}"
 
 
 def _create_lease(api: ApiClient, args: argparse.Namespace) -> None:
@@ -339,6 +355,17 @@ def register(sub: Any) -> None:
     add_client_options(p)
     p = lease_actions.add_parser("confirm", help="confirm a held lease: it starts as planned")
     p.add_argument("lease", help=LEASE_REF)
+    add_client_options(p)
+    p = lease_actions.add_parser(
+        "heartbeat", help="tell idle reclamation a running lease is in use now (docs/idle.md)"
+    )
+    p.add_argument("lease", help=LEASE_REF)
+    add_client_options(p)
+    p = lease_actions.add_parser(
+        "idle-exempt", help="never warn nor release a lease for idleness (admin; docs/idle.md)"
+    )
+    p.add_argument("lease", help=LEASE_REF)
+    p.add_argument("--off", action="store_true", help="watch it again")
     add_client_options(p)
     p = lease_actions.add_parser("retry", help="run a lease's failed events again (admin)")
     p.add_argument("lease", help=LEASE_REF)

@@ -518,3 +518,18 @@ class CreditEntry(Base):
     actor: Mapped[str] = mapped_column(Text)
     at: Mapped[dt.datetime]
     note: Mapped[str | None] = mapped_column(Text)
+
+
+class LeaseIdle(Base):
+    """Idle reclamation's record of a lease (services/idle.py): when it was last seen in use
+    (a heartbeat, or the backend's probe), when it was last warned, whether an admin exempted
+    it. A lease without a row was never seen in use nor warned: it is idle since its start."""
+
+    __tablename__ = "lease_idle"
+    lease_id: Mapped[str] = mapped_column(
+        ForeignKey("leases.id", ondelete="CASCADE"), primary_key=True
+    )
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    warned_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    exempt: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Set by an admin: never warned nor released, whatever its idleness."""

@@ -40,8 +40,10 @@ from climate.manager.handlers import (
     ends_early,
     mark_in_progress,
 )
+from climate.manager.periodic import Every
 from climate.manager.rounds import Pass, gc_paused, run_rounds
 from climate.services.healing import HealingService
+from climate.services.idle import IdleService
 from climate.services.leases import LeaseService
 from climate.services.power import PowerService
 from climate.services.reclaim import ReclaimService
@@ -117,9 +119,15 @@ class Manager:
         self._freed = False
         """Leases ended since the queue was last served."""
         self._next_heal = 0.0
-        self._next_power = 0.0
-        """When (monotonic) the power policy looks at the hosts next (services/power.py)."""
         """When (monotonic) to look for reservations to heal next (services/healing.py)."""
+        power, idle = (
+            PowerService(ctx, self.handlers.backend),
+            IdleService(ctx, self.handlers.backend),
+        )
+        self.power = Every(ctx.settings.power_interval_seconds, power.run)
+        """Power idle hosts down, wake those whose lease comes near (services/power.py)."""
+        self.idle = Every(ctx.settings.idle_interval_seconds, idle.run)
+        """Warn and release leases nobody uses (services/idle.py, ``idle_reclaim``)."""
         self._healing = False
         """Hosts are down or leases degraded: the manager looks again every heal period."""
 
@@ -389,18 +397,6 @@ class Manager:
         self._next_heal = time.monotonic() + self.ctx.settings.queue_poll_seconds
         self._healing = HealingService(self.ctx, self.handlers.backend).heal_due()
 
-    # -- the power policy --------------------------------------------------------------------
-
-    def power(self) -> float:
-        """Every ``power_interval_seconds``, power idle hosts down and wake those whose lease
-        comes near (with the policy off, a pass only wakes hosts left powered down); returns
-        the seconds until the next pass."""
-        interval = self.ctx.settings.power_interval_seconds
-        if time.monotonic() >= self._next_power:
-            self._next_power = time.monotonic() + interval
-            PowerService(self.ctx, self.handlers.backend).run()
-        return max(self._next_power - time.monotonic(), 0.0)
-
     # -- the loop ----------------------------------------------------------------------------
 
     def seconds_until_next(self) -> float:
@@ -480,9 +476,11 @@ class Manager:
                 self.run_due()
                 self.heal()
                 until_power = self.power()
+                until_idle = self.idle() if self.ctx.settings.idle_reclaim else float("inf")
                 wait = 0.0 if self.serve_queue() else self._sleep_or_prepare()
                 if self.ctx.settings.power_policy == "act":
                     wait = min(wait, until_power)
+                wait = min(wait, until_idle)
             except Exception:
                 LOG.exception("manager pass failed; retrying in 1 s")
                 wait = 1.0

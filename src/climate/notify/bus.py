@@ -36,13 +36,14 @@ EVENT_TYPES: Mapping[str, str] = {
     "lease.error": "lease.error",
     "lease.degraded": "lease.degraded",
     "lease.healed": "lease.healed",
+    "lease.idle.warning": "lease.idle.warning",
+    "lease.idle.release": "lease.idle.release",
 }
 """Climate's webhook topic -> the bus event type. The first seven are Blazar's
 (``lease.before_end.stop``: a lease whose warning had run got a later end, so it will be warned
-again); ``lease.error``
-(a lease that failed for good), ``lease.degraded`` and ``lease.healed`` (docs/healing.md) and
-the finer types callers pass (``lease.hold.confirm``, ...) are
-Climate's own, named the same way."""
+again); ``lease.error`` (a lease that failed for good), ``lease.degraded`` and ``lease.healed``
+(docs/healing.md), ``lease.idle.warning`` and ``lease.idle.release`` (docs/idle.md) and the
+finer types callers pass (``lease.hold.confirm``, ...) are Climate's own, named the same way."""
 
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 """Lease and event dates as Blazar's notifications show them..."""

@@ -44,7 +44,7 @@ class OperatorService:
         self.ctx.policy.enforce(actor, "climate:leases:retry", {})
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            lease = self._lock(session, lease_id, now)
+            lease = self.lock(session, lease_id, now)
             if lease.status == LeaseStatus.TERMINATED:
                 raise Conflict(f"lease {lease.id} has ended: there is nothing to retry")
             failed = [e for e in lease.events if e.status == EventStatus.ERROR]
@@ -80,7 +80,7 @@ class OperatorService:
                 target_id=lease.id,
                 detail={"project_id": lease.project_id, "events": [e.id for e in failed]},
             )
-            return self._done(session, lease, now, "lease.update")
+            return self.done(session, lease, now, "lease.update")
 
     def force_end(self, actor: Actor, lease_id: str, *, skip_backend: bool = False) -> Lease:
         """End the lease now.
@@ -97,7 +97,7 @@ class OperatorService:
         self.ctx.policy.enforce(actor, "climate:leases:force_end", {})
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            lease = self._lock(session, lease_id, now)
+            lease = self.lock(session, lease_id, now)
             if lease.status == LeaseStatus.TERMINATED:
                 raise Conflict(f"lease {lease.id} has ended already")
             forced = f"ended by {actor.user_id} (project {actor.project_id}) at {now.isoformat()}"
@@ -118,27 +118,34 @@ class OperatorService:
                 if lease.status != LeaseStatus.PENDING:
                     forced += " without the backend"
                 self._terminate(session, lease, forced, now)
-                return self._done(session, lease, now, "lease.end")
-            for event in list(lease.events):
-                if event.status not in (EventStatus.UNDONE, EventStatus.ERROR):
-                    continue
-                if event.event_type != EventType.END_LEASE:
-                    if event.status == EventStatus.UNDONE:
-                        session.delete(event)
-                    continue
-                if event.status == EventStatus.ERROR:
-                    check_event_transition(event.status, EventStatus.UNDONE)
-                    event.status = EventStatus.UNDONE
-                    event.attempts = 0
-                event.time = event.not_before = now
-                event.updated_at = now
-            self._cut(session, lease, now)
-            lease.status_reason = f"end forced: {forced}"
-            return self._done(session, lease, now, "lease.update")
+                return self.done(session, lease, now, "lease.end")
+            self.end_now(session, lease, f"end forced: {forced}", now)
+            return self.done(session, lease, now, "lease.update")
+
+    def end_now(self, session: Session, lease: Lease, reason: str, now: dt.datetime) -> None:
+        """A started lease's end made due now, in the caller's transaction (which holds the
+        admission lock and has ``lock``ed the lease): its waiting warnings are dropped, a failed
+        end waits again with its attempts reset, the manager runs it at once through the
+        backend (the end policy applies) and its allocations are cut at ``now``."""
+        for event in list(lease.events):
+            if event.status not in (EventStatus.UNDONE, EventStatus.ERROR):
+                continue
+            if event.event_type != EventType.END_LEASE:
+                if event.status == EventStatus.UNDONE:
+                    session.delete(event)
+                continue
+            if event.status == EventStatus.ERROR:
+                check_event_transition(event.status, EventStatus.UNDONE)
+                event.status = EventStatus.UNDONE
+                event.attempts = 0
+            event.time = event.not_before = now
+            event.updated_at = now
+        self._cut(session, lease, now)
+        lease.status_reason = reason
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _lock(self, session: Session, lease_id: str, now: dt.datetime) -> Lease:
+    def lock(self, session: Session, lease_id: str, now: dt.datetime) -> Lease:
         """The lease, locked; refused while a manager runs one of its events (the manager writes
         its outcome without looking again)."""
         lease = lease_rows.lock_lease(session, lease_id)
@@ -179,7 +186,7 @@ class OperatorService:
             self.ctx.resource_types[reservation.resource_type].release(session, reservation, now)
         credits.settle(self.ctx, session, "operator", lease, now)
 
-    def _done(self, session: Session, lease: Lease, now: dt.datetime, topic: str) -> Lease:
+    def done(self, session: Session, lease: Lease, now: dt.datetime, topic: str) -> Lease:
         lease.updated_at = now
         session.flush()
         session.refresh(lease)

@@ -44,6 +44,7 @@ from climate.backends.base import (
     Handover,
     HostState,
     Inspected,
+    InspectUsage,
     Migrate,
     Migration,
     PowerOff,
@@ -53,9 +54,17 @@ from climate.backends.base import (
     Start,
     StartManual,
     UnknownResource,
+    Usage,
     Withdraw,
 )
 from climate.backends.openstack.config import CloudConfig
+from climate.backends.openstack.servers import (
+    HOSTS,
+    INSTANCES,
+    RESERVATION_PREFIX,
+    flavor_id,
+    inspect_usage,
+)
 from climate.config import Settings
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput
@@ -65,9 +74,6 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 CONFLICT_ATTEMPTS = 20
 
-HOSTS = "physical:host"
-INSTANCES = "virtual:instance"
-RESERVATION_PREFIX = "reservation"
 FLAVOR_EXTRA_SPEC = "aggregate_instance_extra_specs:reservation"
 HYPERVISOR_MICROVERSION = "2.87"
 """The last microversion whose hypervisor details carry vcpus, memory_mb and local_gb."""
@@ -149,7 +155,7 @@ class OpenStackBackend(Backend):
                 results.append(exc)
         return results
 
-    def _one(self, action: Action) -> Done | Inspected:
+    def _one(self, action: Action) -> Done | Inspected | Usage:
         if isinstance(action, Start):
             made: dict[str, Mapping[str, Any]] = {}
             for params in self._each(self._start, action.handovers):
@@ -191,6 +197,8 @@ class OpenStackBackend(Backend):
         if isinstance(action, PowerOn):
             self._compute_service(action.name, None)
             return Done()
+        if isinstance(action, InspectUsage):
+            return inspect_usage(self.conn, action.handovers)
         return self._enrol(action)
 
     def _each(self, work: Callable[[Handover], T], handovers: Sequence[Handover]) -> list[T]:
@@ -634,7 +642,7 @@ class OpenStackBackend(Backend):
             return [
                 s
                 for s in self.conn.compute.servers(all_projects=True)
-                if _flavor_id(s) == h.reservation_id
+                if flavor_id(s) == h.reservation_id
             ]
         hosts = set(h.hosts.values())
         return [s for s in self.conn.compute.servers(all_projects=True) if s.compute_host in hosts]
@@ -686,7 +694,7 @@ class OpenStackBackend(Backend):
         servers = [
             s
             for s in self.conn.compute.servers(all_projects=True)
-            if s.compute_host == move.from_name and _flavor_id(s) == move.reservation_id
+            if s.compute_host == move.from_name and flavor_id(s) == move.reservation_id
         ]
         reserved = self._rc_exists(rc)
         if reserved:
@@ -859,20 +867,3 @@ def _service_state(service: Mapping[str, Any]) -> HostState:
     if service.get("state") != "up":
         return HostState(False, "nova: down")
     return HostState(True)
-
-
-def _flavor_id(server: Any) -> str | None:
-    """The id of the server's flavor, or for a reservation flavor the reservation id.
-
-    From microversion 2.47 the flavor is embedded without its id; openstacksdk then answers its
-    ``original_name`` (``reservation:<id>`` for Blazar's flavors) as ``id``."""
-    flavor = server.flavor
-    if flavor is None:
-        return None
-    prefix = f"{RESERVATION_PREFIX}:"
-    for key in ("original_name", "id", "name"):
-        found = flavor.get(key) if isinstance(flavor, Mapping) else getattr(flavor, key, None)
-        if found and str(found).startswith(prefix):
-            return str(found)[len(prefix) :]
-    found = flavor.get("id") if isinstance(flavor, Mapping) else getattr(flavor, "id", None)
-    return str(found) if found else None

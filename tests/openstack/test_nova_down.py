@@ -2,7 +2,7 @@
 again exactly as the rig's start.sh starts them): the end event is retried with backoff; a lease
 whose attempts run out ends in ERROR with the reason, its host still in its aggregate (never
 outside every one); a lease whose retry comes once Nova is back ends TERMINATED with nothing
-leaked; an instance start without Placement undoes what it made in Nova and starts on retry."""
+leaked; an instance start without Placement undoes its flavor and starts on retry."""
 
 from __future__ import annotations
 
@@ -221,9 +221,9 @@ def test_placement_down_at_an_instance_start_undoes_it_then_it_starts_once_back(
     clock: ManualClock,
     openstack_env: dict[str, str],
 ) -> None:
-    """Placement stopped while an instance reservation starts: the start fails, every Nova part
-    it had made (flavor, aggregate) is undone although Placement cannot be, and the event is
-    retried with backoff; with Placement back the retry starts the lease in full."""
+    """Placement stopped while an instance reservation starts: the start fails, its flavor is
+    undone although Placement cannot be, and the event is retried with backoff; with Placement
+    back the retry starts the lease in full, and its end leaves nothing behind."""
     ctx, backend = climate
     retries = {"event_max_attempts": 3, "event_retry_base_seconds": 10.0}
     ctx = dataclasses.replace(ctx, settings=ctx.settings.model_copy(update=retries))
@@ -240,7 +240,8 @@ def test_placement_down_at_an_instance_start_undoes_it_then_it_starts_once_back(
             assert (event.status, event.attempts) == ("UNDONE", 1)
             assert event.not_before == lease.start_date + dt.timedelta(seconds=10)
             assert cloud.compute.find_flavor(rid, ignore_missing=True) is None
-            assert aggregate(cloud, rid) is None
+            # The aggregate may stay: Nova itself cannot change an aggregate's hosts without
+            # Placement (500, PlacementAPIConnectFailure). The retry finds and uses it.
         clock.set(event.not_before)
         manager.run_due()
         assert LeaseService(ctx).get(actor, lease.id).status == "ACTIVE"

@@ -132,15 +132,28 @@ def schemas() -> dict[str, dict[str, Any]]:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         found.update(schema.pop("$defs", {}))
         found[model.__name__] = schema
-    text = json.dumps(found).replace(f'{{"{_COMPONENT}": "', '{"$ref": "#/components/schemas/')
-    written: dict[str, dict[str, Any]] = json.loads(text)
+    written: dict[str, dict[str, Any]] = json.loads(components(json.dumps(found)))
     return written
+
+
+def components(text: str) -> str:
+    """``text`` (JSON) with each ``component`` written as the reference it stands for."""
+    return text.replace(f'{{"{_COMPONENT}": "', '{"$ref": "#/components/schemas/')
 
 
 def body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
     """``openapi_extra`` of a route whose JSON body is ``model``."""
     BODIES[model.__name__] = model
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {
+        "requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}
+    }
+
+
+def described(name: str, *, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` of a route whose JSON body is the hand-written component ``name``
+    (its service checks the fields)."""
+    schema = component(name)
     return {
         "requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}
     }
@@ -166,6 +179,8 @@ def error_message(errors: Sequence[Any]) -> str:
     field = location(first.get("loc", ()))
     if first.get("type") == "missing":
         return f"Missing parameter {field}"
+    if first.get("type") == "extra_forbidden":
+        return f"{field}: unknown field"
     return f"{field or 'request'}: {first.get('msg')}"
 
 

@@ -18,7 +18,6 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from starlette.routing import compile_path
 
-from climate.api.hosts import HostHealthPublic, HostHealthUpdate
 from climate.api.schemas import components
 from climate.api.schemas import schemas as request_models
 from climate.api.schemas.answers import CREATES
@@ -420,63 +419,6 @@ SCHEMAS: dict[str, JsonSchema] = {
             "end_date": LEASE_DATE_STRING,
         }
     ),
-    "Host": _record(
-        {
-            "id": {"type": "string", "pattern": "^[0-9]+$"},
-            "hypervisor_hostname": STRING,
-            "service_name": _nullable(STRING),
-            "hypervisor_type": _nullable(STRING),
-            "hypervisor_version": _nullable({"type": "integer"}),
-            "vcpus": _nullable({"type": "integer"}),
-            "memory_mb": _nullable({"type": "integer"}),
-            "local_gb": _nullable({"type": "integer"}),
-            "cpu_info": _nullable(STRING),
-            "reservable": {"type": "boolean", "description": "false while the host is down"},
-            "status": _nullable(STRING),
-            "trust_id": _nullable(STRING),
-            "health": {"enum": ["up", "down"]},
-            "health_reason": _nullable(STRING),
-            "health_since": _nullable(STAMP_STRING),
-            "created_at": STAMP_STRING,
-            "updated_at": _nullable(STAMP_STRING),
-        },
-        additionalProperties={"type": "string", "description": "the host's extra properties"},
-    ),
-    "HostAllocation": _record(
-        {
-            "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
-            "reservations": {
-                "type": "array",
-                "items": _record(
-                    {
-                        "id": {"type": "string", "format": "uuid"},
-                        "lease_id": {"type": "string", "format": "uuid"},
-                        "start_date": LEASE_DATE_STRING,
-                        "end_date": LEASE_DATE_STRING,
-                    }
-                ),
-            },
-        }
-    ),
-    "PropertyList": _wrapped(
-        "resource_properties",
-        {
-            "type": "array",
-            "items": {
-                "anyOf": [
-                    _record({"property": STRING}),
-                    _record(
-                        {
-                            "property": STRING,
-                            "private": {"type": "boolean"},
-                            "values": {"type": "array", "items": STRING},
-                        }
-                    ),
-                ]
-            },
-            "description": "names only, or with privacy and values when detail=True",
-        },
-    ),
     "LeaseFromTemplate": {
         "type": "object",
         "properties": {
@@ -695,20 +637,8 @@ SCHEMAS: dict[str, JsonSchema] = {
         ],
         "additionalProperties": False,
     },
-    "ResourceProperty": _record(
-        {
-            "id": {"type": "string", "format": "uuid"},
-            "resource_type": {"type": "string", "const": PhysicalHostType.name},
-            "property_name": STRING,
-            "private": {"type": "boolean"},
-            "created_at": STAMP_STRING,
-            "updated_at": _nullable(STAMP_STRING),
-        }
-    ),
 }
 
-_PATHS = {DEVICES.kind: "devices", NETWORKS.kind: "networks", FLOATING_IPS.kind: "floatingips"}
-_SINGULAR = {DEVICES.kind: "device", NETWORKS.kind: "network", FLOATING_IPS.kind: "floatingip"}
 _NAMES = {DEVICES.kind: "Device", NETWORKS.kind: "Network", FLOATING_IPS.kind: "FloatingIP"}
 _PROPERTY_NAMES: JsonSchema = {
     "minLength": 1,
@@ -746,7 +676,6 @@ _ITEM_EXAMPLES: dict[str, JsonSchema] = {
 def _item_schemas(kind: Kind) -> dict[str, JsonSchema]:
     name = _NAMES[kind.kind]
     fields = _ITEM_NAME_FIELDS[kind.kind]
-    shown = dict.fromkeys(kind.columns, STRING)
     return {
         f"{name}Create": {
             "type": "object",
@@ -759,16 +688,6 @@ def _item_schemas(kind: Kind) -> dict[str, JsonSchema]:
             "propertyNames": _PROPERTY_NAMES,
             "examples": [_ITEM_EXAMPLES[kind.kind]],
         },
-        name: _record(
-            {
-                "id": {"type": "string", "pattern": "^[0-9]+$"},
-                **shown,
-                "reservable": {"type": "boolean"},
-                "created_at": STAMP_STRING,
-                "updated_at": _nullable(STAMP_STRING),
-            },
-            additionalProperties={"type": "string", "description": "extra properties"},
-        ),
     }
 
 
@@ -989,17 +908,6 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
         "description": "a smaller capacity is refused (409) while reservations need more",
         "examples": [{"capacity_gb": 20000}],
     },
-    "VolumePool": _record(
-        {
-            "id": {"type": "string", "pattern": "^[0-9]+$"},
-            "name": STRING,
-            "capacity_gb": {"type": "integer", "minimum": 1},
-            "reservable": {"type": "boolean"},
-            "created_at": STAMP_STRING,
-            "updated_at": _nullable(STAMP_STRING),
-        },
-        additionalProperties={"type": "string", "description": "extra properties"},
-    ),
     "InstanceAllocation": _record(
         {
             "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
@@ -1008,44 +916,10 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
             "end_date": LEASE_DATE_STRING,
         }
     ),
-    "HostInstances": _record(
-        {
-            "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
-            "reservations": {
-                "type": "array",
-                "items": _record(
-                    {
-                        "id": {"type": "string", "format": "uuid"},
-                        "lease_id": {"type": "string", "format": "uuid"},
-                        "start_date": LEASE_DATE_STRING,
-                        "end_date": LEASE_DATE_STRING,
-                        "count": {"type": "integer", "minimum": 1},
-                    }
-                ),
-            },
-        }
-    ),
-    "VolumePoolAllocation": _record(
-        {
-            "resource_id": {"type": "string", "pattern": "^[0-9]+$"},
-            "reservations": {
-                "type": "array",
-                "items": _record(
-                    {
-                        "id": {"type": "string", "format": "uuid"},
-                        "lease_id": {"type": "string", "format": "uuid"},
-                        "start_date": LEASE_DATE_STRING,
-                        "end_date": LEASE_DATE_STRING,
-                        "size_gb": {"type": "integer", "minimum": 1},
-                    }
-                ),
-            },
-        }
-    ),
 }
 
 SCHEMAS.update(ITEM_SCHEMAS)
-SCHEMAS.update(_pydantic_schemas(HostHealthUpdate, HostHealthPublic, PowerAnswer))
+SCHEMAS.update(_pydantic_schemas(PowerAnswer))
 SCHEMAS.update(_pydantic_schemas(TimelineAnswer))
 SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse))
 
@@ -1072,18 +946,11 @@ _ANSWERS: dict[str, JsonSchema] = {
         "required": ["lease", "warnings"],
         "additionalProperties": False,
     },
-    "host": _wrapped("host", _ref("Host")),
-    "host_health": _ref("HostHealthPublic"),
     "power": _ref("PowerAnswer"),
     "health": _ref("Health"),
     "readiness": _ref("Readiness"),
     "billing": _ref("UsageResponse"),
     "metrics": {"type": "string", "description": "Prometheus's text exposition format"},
-    "hosts": _wrapped("hosts", {"type": "array", "items": _ref("Host")}),
-    "allocation": _wrapped("allocation", _ref("HostAllocation")),
-    "allocations": _wrapped("allocations", {"type": "array", "items": _ref("HostAllocation")}),
-    "properties": _ref("PropertyList"),
-    "property": _wrapped("resource_property", _ref("ResourceProperty")),
     "versions": _ref("Versions"),
     "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
     "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
@@ -1091,27 +958,6 @@ _ANSWERS: dict[str, JsonSchema] = {
     "dashboard_timeline": _ref("TimelineAnswer"),
     "calendar": {"type": "string", "description": "an iCalendar document (RFC 5545)"},
     "usage": _ref("PolicyUsage"),  # from the route's pydantic response_model
-    **{
-        key: value
-        for kind in (DEVICES, NETWORKS, FLOATING_IPS)
-        for key, value in (
-            (kind.kind, _wrapped(_SINGULAR[kind.kind], _ref(_NAMES[kind.kind]))),
-            (
-                f"{kind.kind}s",
-                _wrapped(_PATHS[kind.kind], {"type": "array", "items": _ref(_NAMES[kind.kind])}),
-            ),
-        )
-    },
-    "volume_pool": _wrapped("volume_pool", _ref("VolumePool")),
-    "volume_pools": _wrapped("volume_pools", {"type": "array", "items": _ref("VolumePool")}),
-    "pool_allocation": _wrapped("allocation", _ref("VolumePoolAllocation")),
-    "pool_allocations": _wrapped(
-        "allocations", {"type": "array", "items": _ref("VolumePoolAllocation")}
-    ),
-    "instance_allocations": _wrapped(
-        "allocations", {"type": "array", "items": _ref("HostInstances")}
-    ),
-    "instance_allocation": _wrapped("allocation", _ref("HostInstances")),
 }
 
 
@@ -1198,20 +1044,6 @@ _ONE = _V1 | {404}
 _WRITE = frozenset({409, 413})
 
 
-def _item_operations(kind: Kind) -> dict[tuple[str, str], Operation]:
-    base = f"/v1/{_PATHS[kind.kind]}"
-    one = kind.kind
-    return {
-        ("GET", base): Operation((200, f"{one}s"), _V1),
-        ("POST", base): Operation((201, one), _V1 | _WRITE, f"{_NAMES[one]}Create"),
-        ("GET", f"{base}/allocations"): Operation((200, "allocations"), _V1),
-        ("GET", f"{base}/{{item_id}}"): Operation((200, one), _ONE),
-        ("PUT", f"{base}/{{item_id}}"): Operation((200, one), _ONE | {413}, "ItemUpdate"),
-        ("DELETE", f"{base}/{{item_id}}"): Operation((204, None), _ONE | {409}),
-        ("GET", f"{base}/{{item_id}}/allocation"): Operation((200, "allocation"), _ONE),
-    }
-
-
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/"): Operation((300, "versions"), _ANYONE),
     ("GET", "/versions"): Operation((300, "versions"), _ANYONE),
@@ -1227,42 +1059,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/v1/lease-series/{series_id}"): Operation((200, "series"), _ONE),
     ("DELETE", "/v1/lease-series/{series_id}"): Operation((204, None), _ONE),
-    ("GET", "/v1/os-hosts"): Operation((200, "hosts"), _V1),
-    ("POST", "/v1/os-hosts"): Operation(
-        (201, "host"), _V1 | _WRITE, creates=("host_id", "/host/id")
-    ),
-    ("GET", "/v1/os-hosts/allocations"): Operation((200, "allocations"), _V1),
-    ("GET", "/v1/os-hosts/properties"): Operation((200, "properties"), _V1),
-    ("PATCH", "/v1/os-hosts/properties/{name}"): Operation((200, "property"), _ONE | {413}),
-    ("GET", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE),
-    ("PUT", "/v1/os-hosts/{host_id}"): Operation((200, "host"), _ONE | {413}),
-    ("DELETE", "/v1/os-hosts/{host_id}"): Operation((204, None), _ONE | {409}),
-    ("GET", "/v1/os-hosts/{host_id}/allocation"): Operation((200, "allocation"), _ONE),
     ("GET", "/v1/power"): Operation((200, "power"), _V1),
-    ("PUT", "/v1/os-hosts/{host_id}/health"): Operation(
-        (200, "host_health"), _ONE | {413}, "HostHealthUpdate"
-    ),
-    **{
-        operation: described
-        for kind in (DEVICES, NETWORKS, FLOATING_IPS)
-        for operation, described in _item_operations(kind).items()
-    },
-    ("GET", "/v1/volume-pools"): Operation((200, "volume_pools"), _V1),
-    ("POST", "/v1/volume-pools"): Operation(
-        (201, "volume_pool"),
-        _V1 | _WRITE,
-        "VolumePoolCreate",
-        creates=("pool_id", "/volume_pool/id"),
-    ),
-    ("GET", "/v1/volume-pools/allocations"): Operation((200, "pool_allocations"), _V1),
-    ("GET", "/v1/instances/allocations"): Operation((200, "instance_allocations"), _V1),
-    ("GET", "/v1/instances/allocations/{host_id}"): Operation((200, "instance_allocation"), _ONE),
-    ("GET", "/v1/volume-pools/{pool_id}"): Operation((200, "volume_pool"), _ONE),
-    ("PUT", "/v1/volume-pools/{pool_id}"): Operation(
-        (200, "volume_pool"), _ONE | _WRITE, "VolumePoolUpdate"
-    ),
-    ("DELETE", "/v1/volume-pools/{pool_id}"): Operation((204, None), _ONE | {409}),
-    ("GET", "/v1/volume-pools/{pool_id}/allocation"): Operation((200, "pool_allocation"), _ONE),
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
     ("GET", "/v1/usage"): Operation(
         (200, "billing"), _V1, media_types=("application/json", "text/csv")

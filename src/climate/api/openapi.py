@@ -15,16 +15,11 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 from starlette.routing import compile_path
 
 from climate.api.schemas import components
 from climate.api.schemas import schemas as request_models
 from climate.api.schemas.answers import CREATES
-from climate.api.schemas.ops import Health, Readiness
-from climate.api.schemas.power import PowerAnswer
-from climate.api.schemas.ui import TimelineAnswer
-from climate.api.schemas.usage import UsageResponse
 from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
 from climate.domain.lease_rules import MAX_REMINDERS
 from climate.domain.requests import Conflicts
@@ -77,16 +72,6 @@ RESPONSE_HEADERS = {
         "schema": {"type": "string", "pattern": "^req-"},
     },
 }
-
-
-def _pydantic_schemas(*models: type[BaseModel]) -> dict[str, JsonSchema]:
-    """The JSON schemas of pydantic models, and of the models they nest, as components."""
-    found: dict[str, JsonSchema] = {}
-    for model in models:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        found.update(schema.pop("$defs", {}))
-        found[model.__name__] = schema
-    return found
 
 
 def _ref(name: str) -> JsonSchema:
@@ -355,24 +340,6 @@ _HOST_FIELDS: dict[str, JsonSchema] = {
 
 SCHEMAS: dict[str, JsonSchema] = {
     **_SERIES_SCHEMAS,
-    "Versions": _wrapped(
-        "versions",
-        {
-            "type": "array",
-            "items": _record(
-                {
-                    "id": {"type": "string", "const": "v1.0"},
-                    "status": {"type": "string", "const": "CURRENT"},
-                    "links": {
-                        "type": "array",
-                        "items": _record({"href": STRING, "rel": {"const": "self"}}),
-                    },
-                    "min_version": STRING,
-                    "max_version": STRING,
-                }
-            ),
-        },
-    ),
     "ReservationCreate": {
         "type": "object",
         "properties": {
@@ -919,9 +886,6 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 }
 
 SCHEMAS.update(ITEM_SCHEMAS)
-SCHEMAS.update(_pydantic_schemas(PowerAnswer))
-SCHEMAS.update(_pydantic_schemas(TimelineAnswer))
-SCHEMAS.update(_pydantic_schemas(Health, Readiness, UsageResponse))
 
 _ANSWERS: dict[str, JsonSchema] = {
     "lease": _wrapped("lease", _ref("Lease")),
@@ -946,18 +910,9 @@ _ANSWERS: dict[str, JsonSchema] = {
         "required": ["lease", "warnings"],
         "additionalProperties": False,
     },
-    "power": _ref("PowerAnswer"),
-    "health": _ref("Health"),
-    "readiness": _ref("Readiness"),
-    "billing": _ref("UsageResponse"),
-    "metrics": {"type": "string", "description": "Prometheus's text exposition format"},
-    "versions": _ref("Versions"),
     "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
     "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
     "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
-    "dashboard_timeline": _ref("TimelineAnswer"),
-    "calendar": {"type": "string", "description": "an iCalendar document (RFC 5545)"},
-    "usage": _ref("PolicyUsage"),  # from the route's pydantic response_model
 }
 
 
@@ -1045,11 +1000,6 @@ _WRITE = frozenset({409, 413})
 
 
 OPERATIONS: dict[tuple[str, str], Operation] = {
-    ("GET", "/"): Operation((300, "versions"), _ANYONE),
-    ("GET", "/versions"): Operation((300, "versions"), _ANYONE),
-    ("GET", "/healthz"): Operation((200, "health"), _ANYONE),
-    ("GET", "/readyz"): Operation((200, "readiness"), _ANYONE, also=((503, "readiness"),)),
-    ("GET", "/metrics"): Operation((200, "metrics"), _ANYONE, media_types=("text/plain",)),
     ("POST", "/v1/leases/from-template"): Operation(
         (201, "from_template"), _V1 | _WRITE, "LeaseFromTemplate"
     ),
@@ -1059,16 +1009,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/v1/lease-series/{series_id}"): Operation((200, "series"), _ONE),
     ("DELETE", "/v1/lease-series/{series_id}"): Operation((204, None), _ONE),
-    ("GET", "/v1/power"): Operation((200, "power"), _V1),
     ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
-    ("GET", "/v1/usage"): Operation(
-        (200, "billing"), _V1, media_types=("application/json", "text/csv")
-    ),
     ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
     ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
-    ("GET", "/v1/timeline"): Operation((200, "dashboard_timeline"), _V1),
-    ("GET", "/v1/leases.ics"): Operation((200, "calendar"), _V1),
-    ("GET", "/v1/policy/usage"): Operation((200, "usage"), _V1),
 }
 
 

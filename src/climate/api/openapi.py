@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,7 +24,6 @@ from climate.domain.lease_rules import MAX_REMINDERS
 from climate.domain.requests import Conflicts
 from climate.domain.status import (
     EndPolicy,
-    LeaseStatus,
     LeaseType,
     ReservationStatus,
     StartPolicy,
@@ -204,15 +202,6 @@ _LEASE_FIELDS: dict[str, JsonSchema] = {
         "they move with it (docs/lease-types.md)",
     },
 }
-_SERIES_OCCURRENCE: JsonSchema = _record(
-    {
-        "lease_id": {"type": "string", "format": "uuid"},
-        "occurrence": LEASE_DATE_STRING,
-        "start_date": LEASE_DATE_STRING,
-        "end_date": LEASE_DATE_STRING,
-        "status": _enum(LeaseStatus),
-    }
-)
 _SERIES_SCHEMAS: dict[str, JsonSchema] = {
     "SeriesCreate": {
         "type": "object",
@@ -242,59 +231,6 @@ _SERIES_SCHEMAS: dict[str, JsonSchema] = {
         "description": f"a lease per occurrence, at most {MAX_OCCURRENCES}; end_date (of the "
         "first occurrence) or duration",
     },
-    "Series": {
-        **_record(
-            {
-                "id": {"type": "string", "format": "uuid"},
-                "name": STRING,
-                "project_id": STRING,
-                "user_id": STRING,
-                "rrule": STRING,
-                "exdates": {"type": "array", "items": LEASE_DATE_STRING},
-                "start_date": LEASE_DATE_STRING,
-                "end_date": LEASE_DATE_STRING,
-                "duration": {"type": "integer", "minimum": 1, "description": "seconds"},
-                "reservations": {"type": "array", "items": {"type": "object"}},
-                "before_end_offset": _nullable(STRING),
-                "reminders": {"type": "array", "items": STRING},
-                "created_at": STAMP_STRING,
-                "updated_at": _nullable(STAMP_STRING),
-                "occurrences": {"type": "array", "items": _SERIES_OCCURRENCE},
-                "cancelled": {
-                    "type": "array",
-                    "items": LEASE_DATE_STRING,
-                    "description": "occurrences whose lease was deleted",
-                },
-            }
-        ),
-        "required": [
-            "id",
-            "name",
-            "project_id",
-            "user_id",
-            "rrule",
-            "exdates",
-            "start_date",
-            "end_date",
-            "duration",
-            "reservations",
-            "before_end_offset",
-            "reminders",
-            "created_at",
-            "updated_at",
-        ],
-        "description": "occurrences and cancelled: shown for one series, not in a list",
-    },
-    "SkippedOccurrence": _record(
-        {
-            "occurrence": LEASE_DATE_STRING,
-            "end_date": LEASE_DATE_STRING,
-            "error_message": STRING,
-            "reason": _ref("RefusalReason"),
-            "offers": {"type": "array", "maxItems": 3, "items": _ref("CounterOffer")},
-        },
-        description="an occurrence that did not fit, with a lease's refusal",
-    ),
 }
 _FLEXIBLE_FIELDS: dict[str, JsonSchema] = {
     "earliest_start": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
@@ -410,18 +346,6 @@ SCHEMAS: dict[str, JsonSchema] = {
         "block device mapping volumes) by size, floating IPs by network, resource groups times "
         "their count, nested stacks from files (docs/resources.md, Stacks)",
     },
-    "AuditRecord": _record(
-        {
-            "id": {"type": "integer"},
-            "at": LEASE_DATE_STRING,
-            "actor_user": _nullable(STRING),
-            "actor_project": _nullable(STRING),
-            "action": STRING,
-            "target_type": STRING,
-            "target_id": STRING,
-            "detail": {"description": "what changed, as JSON (null when nothing more to say)"},
-        }
-    ),
     "AvailabilitySearch": {
         "type": "object",
         "properties": {
@@ -461,148 +385,6 @@ SCHEMAS: dict[str, JsonSchema] = {
                 "search_end": "2031-06-30 00:00",
             }
         ],
-    },
-    "UsageDecision": _record(
-        {
-            "rule": STRING,
-            "kind": STRING,
-            "limit": {"type": "number"},
-            "figure": {"type": "number"},
-            "unit": STRING,
-            "allowed": {"type": "boolean"},
-            "exempt": {"type": "boolean"},
-            "message": STRING,
-        },
-        description="One usage rule's decision on a lease (docs/fair-share.md)",
-    ),
-    "AvailabilityWindow": _record(
-        {
-            "start_date": LEASE_DATE_STRING,
-            "end_date": LEASE_DATE_STRING,
-            "reservations": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "description": "what one reservation would get, in request order: whole "
-                    "hosts, instances per host, items or GB from a pool",
-                    "properties": {
-                        "resource_type": STRING,
-                        "min": {"type": "integer", "minimum": 1},
-                        "max": {"type": "integer", "minimum": 1},
-                        "amount": {"type": "integer", "minimum": 1},
-                        "available": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "description": "free for the whole window, in the reservation's "
-                            "units: matching hosts or items, instances of its size, the most "
-                            "GB in one matching pool",
-                        },
-                        "hosts": {
-                            "type": "array",
-                            "items": {"type": "string", "pattern": "^[0-9]+$"},
-                            "description": "physical:host: the host ids admission would grant",
-                        },
-                        "host_names": {
-                            "type": "array",
-                            "items": STRING,
-                            "description": "only to callers that may list hosts",
-                        },
-                        "placement": {
-                            "type": "array",
-                            "description": "virtual:instance: instances per host",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "host": {"type": "string", "pattern": "^[0-9]+$"},
-                                    "count": {"type": "integer", "minimum": 1},
-                                    "host_name": STRING,
-                                },
-                                "required": ["host", "count"],
-                                "additionalProperties": False,
-                            },
-                        },
-                        "items": {
-                            "type": "array",
-                            "description": "devices, network segments, floating IPs: id and "
-                            "name (name, segment_id or floating_ip_address)",
-                            "items": {
-                                "type": "object",
-                                "properties": {"id": {"type": "string", "pattern": "^[0-9]+$"}},
-                                "required": ["id"],
-                                "additionalProperties": STRING,
-                            },
-                        },
-                        "size_gb": {"type": "integer", "minimum": 1},
-                        "pool": STRING,
-                        "pool_id": {"type": "string", "pattern": "^[0-9]+$"},
-                        "gb": {"type": "integer", "minimum": 1},
-                    },
-                    "required": ["resource_type", "available"],
-                    "additionalProperties": False,
-                },
-            },
-            "usage_rules": {
-                "type": "array",
-                "description": "the usage rules a lease taking this window would break "
-                "(docs/fair-share.md); empty when none",
-                "items": _ref("UsageDecision"),
-            },
-        }
-    ),
-    "CapacityTimeline": {
-        "type": "object",
-        "properties": {
-            "resource_type": STRING,
-            "unit": {
-                "type": "string",
-                "description": "what the counts count: hosts, devices, network segments, "
-                "floating IPs, GB, instances (of the size asked)",
-            },
-            "start_date": LEASE_DATE_STRING,
-            "end_date": LEASE_DATE_STRING,
-            "bucket": {"type": "integer", "minimum": 1, "description": "seconds"},
-            "total": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "matching hosts or items; GB of the matching pools; instances "
-                "the matching hosts hold when empty",
-            },
-            "hosts": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "physical:host only: hosts matching (as total)",
-            },
-            "buckets": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "start_date": LEASE_DATE_STRING,
-                        "free": {"type": "integer", "minimum": 0},
-                        "busy": {"type": "integer", "minimum": 0},
-                        "partly_busy": {"type": "integer", "minimum": 0},
-                        "largest": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "description": "volumes and instances: the most free in one pool "
-                            "or on one host",
-                        },
-                    },
-                    "required": ["start_date", "free"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        "required": [
-            "resource_type",
-            "unit",
-            "start_date",
-            "end_date",
-            "bucket",
-            "total",
-            "buckets",
-        ],
-        "additionalProperties": False,
     },
 }
 
@@ -887,137 +669,10 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
 
 SCHEMAS.update(ITEM_SCHEMAS)
 
-_ANSWERS: dict[str, JsonSchema] = {
-    "lease": _wrapped("lease", _ref("Lease")),
-    "series": _wrapped("series", _ref("Series")),
-    "series_list": _wrapped("series", {"type": "array", "items": _ref("Series")}),
-    "series_created": _record(
-        {
-            "series": _ref("Series"),
-            "skipped": {"type": "array", "items": _ref("SkippedOccurrence")},
-        }
-    ),
-    "from_template": {
-        "type": "object",
-        "properties": {
-            "lease": _ref("Lease"),
-            "warnings": {
-                "type": "array",
-                "items": STRING,
-                "description": "the template's resources not reserved, one each",
-            },
-        },
-        "required": ["lease", "warnings"],
-        "additionalProperties": False,
-    },
-    "audit": _wrapped("audit_log", {"type": "array", "items": _ref("AuditRecord")}),
-    "windows": _wrapped("windows", {"type": "array", "items": _ref("AvailabilityWindow")}),
-    "timeline": _wrapped("timeline", _ref("CapacityTimeline")),
-}
-
-
-@dataclass(frozen=True)
-class Operation:
-    """What one method on one path takes and answers.
-
-    :param ok: the success status and the key of its body in ``_ANSWERS`` (None: no body).
-    :param errors: the error statuses it can answer with, besides 500.
-    :param body: the component of its JSON request body, if it reads one.
-    :param body_required: False when an empty body means "all defaults".
-    :param creates: the path parameter that names what it created and where the success body
-        holds its value (a JSON pointer): every operation taking that parameter gets a link.
-    """
-
-    ok: tuple[int, str | None]
-    errors: frozenset[int] = field(default_factory=frozenset)
-    body: str | None = None
-    body_required: bool = True
-    creates: tuple[str, str] | None = None
-    also: tuple[tuple[int, str], ...] = ()
-    """Other answers: (status, key of its body in ``_ANSWERS``)."""
-    media_types: tuple[str, ...] = ("application/json",)
-    """Of the success body: JSON (of its schema) or text (a string)."""
-
-    def responses(self) -> dict[str, Any]:
-        status, answer = self.ok
-        found: dict[str, Any] = {
-            str(status): _response("no content" if answer is None else answer, answer)
-        }
-        if answer is not None and self.media_types != ("application/json",):
-            found[str(status)]["content"] = {
-                media: {"schema": _ANSWERS[answer] if media == "application/json" else _TEXT}
-                for media in self.media_types
-            }
-        for other, key in self.also:
-            found[str(other)] = _response(key, key)
-        for code in sorted(self.errors | {500}):
-            found[str(code)] = _error_response(code)
-        return found
-
-    def request_body(self) -> dict[str, Any] | None:
-        if self.body is None:
-            return None
-        return {
-            "required": self.body_required,
-            "content": {"application/json": {"schema": _ref(self.body)}},
-        }
-
-
-_MEDIA_TYPES = {"calendar": "text/calendar"}
-"""Answers that are not JSON."""
-_TEXT = {"type": "string"}
-
-
-def _response(description: str, answer: str | None) -> dict[str, Any]:
-    response: dict[str, Any] = {"description": description, "headers": RESPONSE_HEADERS}
-    if answer is not None:
-        media_type = _MEDIA_TYPES.get(answer, "application/json")
-        response["content"] = {media_type: {"schema": _ANSWERS[answer]}}
-    return response
-
-
-def _error_response(status: int) -> dict[str, Any]:
-    status_is = {"const": status}
-    schema = {
-        "allOf": [
-            _ref("Error"),
-            {"properties": {"error_code": status_is, "error_name": status_is}},
-        ]
-    }
-    return {
-        "description": ERROR_MEANINGS[status],
-        "headers": RESPONSE_HEADERS,
-        "content": {"application/json": {"schema": schema}},
-    }
-
-
-# 400 everywhere: a NUL byte in the path or query is refused before routing. Under /v1 every
-# call needs an identity (401) and passes a policy rule the operator may tighten (403).
-_ANYONE = frozenset({400})
-_V1 = frozenset({400, 401, 403})
-_ONE = _V1 | {404}
-_WRITE = frozenset({409, 413})
-
-
-OPERATIONS: dict[tuple[str, str], Operation] = {
-    ("POST", "/v1/leases/from-template"): Operation(
-        (201, "from_template"), _V1 | _WRITE, "LeaseFromTemplate"
-    ),
-    ("GET", "/v1/lease-series"): Operation((200, "series_list"), _V1),
-    ("POST", "/v1/lease-series"): Operation(
-        (201, "series_created"), _V1 | _WRITE, "SeriesCreate", creates=("series_id", "/series/id")
-    ),
-    ("GET", "/v1/lease-series/{series_id}"): Operation((200, "series"), _ONE),
-    ("DELETE", "/v1/lease-series/{series_id}"): Operation((204, None), _ONE),
-    ("GET", "/v1/audit"): Operation((200, "audit"), _V1),
-    ("POST", "/v1/availability"): Operation((200, "windows"), _V1 | {413}, "AvailabilitySearch"),
-    ("GET", "/v1/availability/timeline"): Operation((200, "timeline"), _V1),
-}
-
 
 def document(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's generated document, from the routes' models and ``responses``, with the
-    bodies and responses of the operations still in ``OPERATIONS``."""
+    """FastAPI's generated document, from the routes' models and ``responses``: links from
+    what a POST creates, no 422 (this app answers 400), and the hand-written components."""
     spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     links: list[tuple[str, str, Any, tuple[str, str]]] = []
     for path, methods in spec["paths"].items():
@@ -1028,15 +683,6 @@ def document(app: FastAPI) -> dict[str, Any]:
                 creates = response.pop(CREATES, None)
                 if creates is not None:
                     links.append((method, path, status, (creates[0], creates[1])))
-            described = OPERATIONS.get((method.upper(), path))
-            if described is None:
-                continue
-            operation["responses"] = described.responses()
-            body = described.request_body()
-            if body is not None:
-                operation["requestBody"] = body
-            if described.creates is not None:
-                links.append((method, path, str(described.ok[0]), described.creates))
     for method, path, status, (parameter, pointer) in links:
         response = spec["paths"][path][method]["responses"][status]
         response["links"] = _links(spec["paths"], parameter, pointer)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from climate.api.schemas import component
+from climate.api.schemas.refusals import CounterOffer, Omitted, RefusalReason
 from climate.api.schemas.shapes import (
     LEASE_DATE,
     Count,
@@ -99,3 +100,64 @@ class LeaseDryRun(Record):
     lease: Lease
     requested_window: RequestedWindow | None = None
     dry_run: Literal[True]
+
+
+class FromTemplate(Record):
+    lease: Lease
+    warnings: list[str] = Field(description="the template's resources not reserved, one each")
+
+
+class SeriesOccurrence(Record):
+    lease_id: Uuid
+    occurrence: LeaseDate
+    start_date: LeaseDate
+    end_date: LeaseDate
+    status: Annotated[str, one_of(*LeaseStatus)]
+
+
+class Series(BaseModel):
+    """Occurrences and cancelled: shown for one series, not in a list."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Uuid
+    name: str
+    project_id: str
+    user_id: str
+    rrule: str
+    exdates: list[LeaseDate]
+    start_date: LeaseDate
+    end_date: LeaseDate
+    duration: Positive = Field(description="seconds")
+    reservations: list[dict[str, Any]]
+    before_end_offset: str | None
+    reminders: list[str]
+    created_at: Stamp
+    updated_at: Stamp | None
+    occurrences: list[SeriesOccurrence] | Omitted = None
+    cancelled: list[LeaseDate] | Omitted = Field(
+        None, description="occurrences whose lease was deleted"
+    )
+
+
+class SkippedOccurrence(Record):
+    """An occurrence that did not fit, with a lease's refusal."""
+
+    occurrence: LeaseDate
+    end_date: LeaseDate
+    error_message: str
+    reason: RefusalReason
+    offers: Annotated[list[CounterOffer], Field(max_length=3)]
+
+
+class SeriesAnswer(Record):
+    series: Series
+
+
+class SeriesList(Record):
+    series: list[Series]
+
+
+class SeriesCreated(Record):
+    series: Series
+    skipped: list[SkippedOccurrence]

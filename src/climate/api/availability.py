@@ -12,8 +12,9 @@ from fastapi.responses import JSONResponse
 from climate import inputs, wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object, parse_date
-from climate.api.schemas import described
+from climate.api.schemas import body
 from climate.api.schemas.answers import V1, answers
+from climate.api.schemas.bodies import AvailabilitySearch
 from climate.api.schemas.searches import CapacityTimelineAnswer, Windows
 from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
@@ -50,7 +51,7 @@ UNITS = {
 
 @router.post(
     "",
-    openapi_extra=described("AvailabilitySearch"),
+    openapi_extra=body(AvailabilitySearch),
     responses=answers(200, Windows, V1 | {413}),
 )
 def search(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:

@@ -13,8 +13,9 @@ from climate import wire
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.hosts import FiltersDep, allocation
 from climate.api.parsing import json_object
-from climate.api.schemas import described
+from climate.api.schemas import body
 from climate.api.schemas.answers import ONE, V1, WRITE, answers
+from climate.api.schemas.bodies import ItemUpdate, VolumePoolCreate, VolumePoolUpdate, item_create
 from climate.api.schemas.inventory import (
     ITEM_NAMES,
     HostAllocation,
@@ -59,7 +60,7 @@ def item_router(kind: Kind) -> APIRouter:
         "",
         status_code=201,
         name=f"create_{singular}",
-        openapi_extra=described(f"{ITEM_NAMES[kind.kind]}Create"),
+        openapi_extra=body(item_create(kind, ITEM_NAMES[kind.kind])),
         responses=answers(201, one, V1 | WRITE),
     )
     def create_item(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
@@ -87,7 +88,7 @@ def item_router(kind: Kind) -> APIRouter:
     @router.put(
         "/{item_id}",
         name=f"update_{singular}",
-        openapi_extra=described("ItemUpdate"),
+        openapi_extra=body(ItemUpdate),
         responses=answers(200, one, ONE | {413}),
     )
     def update_item(
@@ -134,7 +135,7 @@ def list_pools(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> J
 @pools.post(
     "",
     status_code=201,
-    openapi_extra=described("VolumePoolCreate"),
+    openapi_extra=body(VolumePoolCreate),
     responses=answers(201, VolumePoolAnswer, V1 | WRITE, creates=("pool_id", "/volume_pool/id")),
 )
 def create_pool(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
@@ -160,7 +161,7 @@ def show_pool(services: ServicesDep, actor: ActorDep, pool_id: str) -> JSONRespo
 
 @pools.put(
     "/{pool_id}",
-    openapi_extra=described("VolumePoolUpdate"),
+    openapi_extra=body(VolumePoolUpdate),
     responses=answers(200, VolumePoolAnswer, ONE | WRITE),
 )
 def update_pool(

@@ -19,12 +19,9 @@ from starlette.routing import compile_path
 from climate.api.schemas import components
 from climate.api.schemas import schemas as request_models
 from climate.api.schemas.answers import CREATES
-from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
-from climate.domain.lease_rules import MAX_REMINDERS
-from climate.domain.requests import Conflicts
+from climate.db.tables import PROPERTY_VALUE_LENGTH
 from climate.domain.status import (
     EndPolicy,
-    LeaseType,
     ReservationStatus,
     StartPolicy,
 )
@@ -32,20 +29,13 @@ from climate.resources.base import ResourceType
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import (
-    DEVICES,
-    FLOATING_IPS,
     MAX_REQUIRED,
-    MAX_SEGMENT_ID,
-    NETWORKS,
     DeviceType,
     FloatingIPType,
-    Kind,
     NetworkType,
 )
 from climate.resources.volumes import VolumeType
-from climate.services.availability import MAX_STEP, MAX_WINDOWS
-from climate.services.hosts import INT_COLUMNS, MAX_INT, TEXT_COLUMNS
-from climate.services.series import MAX_OCCURRENCES, NAME_ROOM
+from climate.services.hosts import MAX_INT
 
 JsonSchema = dict[str, Any]
 
@@ -186,96 +176,7 @@ _PHYSICAL_HOST_FIELDS: dict[str, JsonSchema] = {
     "before_end": {"type": "string", "enum": sorted(PhysicalHostType.before_end_actions)},
     **_policies(PhysicalHostType),
 }
-_LEASE_FIELDS: dict[str, JsonSchema] = {
-    "name": {"type": "string", "minLength": 1, "maxLength": NAME_LENGTH},
-    "start_date": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
-    "end_date": REQUEST_DATE,
-    "before_end_date": _nullable(REQUEST_DATE),
-    "events": {"type": "array", "maxItems": 0, "description": "user-defined events: always []"},
-    "before_end_offset": {
-        **_nullable(DURATION),
-        "description": "the before-end event this long before the end (not with before_end_date)",
-    },
-    "reminders": {
-        **_nullable({"type": "array", "maxItems": MAX_REMINDERS, "items": DURATION}),
-        "description": "extra notifications (lease.before_end), each this long before the end; "
-        "they move with it (docs/lease-types.md)",
-    },
-}
-_SERIES_SCHEMAS: dict[str, JsonSchema] = {
-    "SeriesCreate": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": NAME_ROOM},
-            "start_date": REQUEST_DATE,
-            "end_date": REQUEST_DATE,
-            "duration": DURATION,
-            "rrule": {
-                "type": "string",
-                "description": "an iCalendar RRULE value with COUNT or UNTIL, e.g. "
-                "'FREQ=WEEKLY;BYDAY=TU;COUNT=8' (docs/series.md)",
-            },
-            "exdates": {"type": "array", "maxItems": MAX_OCCURRENCES, "items": REQUEST_DATE},
-            "conflicts": {"type": "string", "enum": [c.value for c in Conflicts]},
-            "reservations": {
-                "type": "array",
-                "minItems": 1,
-                "items": _ref("AnyReservationCreate"),
-            },
-            "events": {"type": "array", "maxItems": 0},
-            "before_end_offset": DURATION,
-            "reminders": {"type": "array", "maxItems": MAX_REMINDERS, "items": DURATION},
-        },
-        "required": ["name", "start_date", "rrule", "reservations"],
-        "additionalProperties": False,
-        "description": f"a lease per occurrence, at most {MAX_OCCURRENCES}; end_date (of the "
-        "first occurrence) or duration",
-    },
-}
-_FLEXIBLE_FIELDS: dict[str, JsonSchema] = {
-    "earliest_start": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
-    "latest_end": REQUEST_DATE,
-    "duration": {
-        "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
-        "description": "seconds, 'HH:MM' or an ISO 8601 duration such as 'PT2H' or 'P1DT12H'",
-    },
-    "dry_run": {"type": "boolean", "description": "as the query's dry_run"},
-}
-_LEASE_TYPE_FIELDS: dict[str, JsonSchema] = {
-    "lease_type": {
-        **_enum(LeaseType),
-        "description": "scheduled (default), immediate, retry or best_effort (docs/lease-types.md)",
-    },
-    "priority": {
-        "type": "integer",
-        "description": "place in the waiting queue, higher first; default 0, above 0 for "
-        "admins only",
-    },
-    "retries": {
-        "type": "integer",
-        "minimum": 1,
-        "description": "retry leases: at most this many attempts (not above retry_max_attempts)",
-    },
-    "deadline": {**REQUEST_DATE, "description": "best_effort leases: stop hunting then"},
-    "hold": {
-        "type": "object",
-        "properties": {"expires_in": {"type": "integer", "minimum": 1}},
-        "required": ["expires_in"],
-        "additionalProperties": False,
-        "description": "create the lease HELD, its resources allocated, until confirmed "
-        "(POST /v1/leases/{id}/confirm) or lapsed after expires_in seconds",
-    },
-    "hold_minutes": {"type": "integer", "minimum": 1, "description": "as hold, in minutes"},
-}
-_HOST_FIELDS: dict[str, JsonSchema] = {
-    **dict.fromkeys(sorted(INT_COLUMNS), HOST_INTEGER),
-    **dict.fromkeys(sorted(TEXT_COLUMNS - {"cpu_info"}), HOST_TEXT),
-    "cpu_info": _nullable(STRING),
-    "reservable": {"type": "boolean"},
-}
-
 SCHEMAS: dict[str, JsonSchema] = {
-    **_SERIES_SCHEMAS,
     "ReservationCreate": {
         "type": "object",
         "properties": {
@@ -322,123 +223,7 @@ SCHEMAS: dict[str, JsonSchema] = {
             "end_date": LEASE_DATE_STRING,
         }
     ),
-    "LeaseFromTemplate": {
-        "type": "object",
-        "properties": {
-            **_LEASE_FIELDS,
-            **_LEASE_TYPE_FIELDS,
-            "template": {"type": "string", "description": "a Heat (HOT) template's YAML text"},
-            "parameters": {
-                "type": "object",
-                "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"}]},
-                "description": "values of the template's parameters (else their defaults)",
-            },
-            "files": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "nested templates by the name the template uses (a resource type "
-                "such as server.yaml, or OS::Heat::Stack's get_file), as in Heat's API",
-            },
-        },
-        "required": ["name", "end_date", "template"],
-        "additionalProperties": False,
-        "description": "one lease for a Heat stack: servers by flavor, volumes (and servers' "
-        "block device mapping volumes) by size, floating IPs by network, resource groups times "
-        "their count, nested stacks from files (docs/resources.md, Stacks)",
-    },
-    "AvailabilitySearch": {
-        "type": "object",
-        "properties": {
-            "reservations": {"type": "array", "minItems": 1, "items": _ref("ReservationCreate")},
-            "duration": {
-                "anyOf": [
-                    {"type": "integer", "minimum": 1},
-                    {"type": "string", "pattern": r"^\s*([0-9]{1,18}|[0-9]{1,6}:[0-5][0-9])\s*$"},
-                ],
-                "description": "seconds, or 'HH:MM'",
-            },
-            "search_start": {"anyOf": [{"const": "now"}, REQUEST_DATE]},
-            "search_end": REQUEST_DATE,
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_WINDOWS, "default": 3},
-            "step": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_STEP,
-                "default": 60,
-                "description": "window starts are multiples of this many seconds",
-            },
-        },
-        "required": ["reservations", "duration", "search_end"],
-        "additionalProperties": False,
-        "examples": [
-            {
-                "reservations": [
-                    {
-                        "resource_type": "physical:host",
-                        "min": 8,
-                        "max": 8,
-                        "resource_properties": '["==", "$gpu", "a100"]',
-                    }
-                ],
-                "duration": "48:00",
-                "search_start": "now",
-                "search_end": "2031-06-30 00:00",
-            }
-        ],
-    },
 }
-
-_NAMES = {DEVICES.kind: "Device", NETWORKS.kind: "Network", FLOATING_IPS.kind: "FloatingIP"}
-_PROPERTY_NAMES: JsonSchema = {
-    "minLength": 1,
-    "maxLength": PROPERTY_NAME_LENGTH,
-    "not": {"enum": ["id", "created_at", "updated_at"]},
-}
-_ITEM_NAME_FIELDS: dict[str, dict[str, JsonSchema]] = {
-    DEVICES.kind: {"name": {"type": "string", "minLength": 1, "maxLength": 255}},
-    NETWORKS.kind: {
-        "segment_id": {
-            "anyOf": [
-                {"type": "integer", "minimum": 1, "maximum": MAX_SEGMENT_ID},
-                INTEGER_STRING,
-            ]
-        },
-        "physical_network": {"type": "string", "maxLength": 255},
-        "network_type": {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH},
-    },
-    FLOATING_IPS.kind: {
-        "floating_network_id": {"type": "string", "minLength": 1, "maxLength": 255},
-        "floating_ip_address": {"type": "string", "description": "an IPv4 or IPv6 address"},
-        "subnet_id": {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH},
-    },
-}
-_ITEM_EXAMPLES: dict[str, JsonSchema] = {
-    DEVICES.kind: {"name": "gpu-0", "model": "a100"},
-    NETWORKS.kind: {"network_type": "vlan", "physical_network": "physnet1", "segment_id": 100},
-    FLOATING_IPS.kind: {
-        "floating_network_id": "1e17587e-a7ed-4b82-a17b-4beb32523e28",
-        "floating_ip_address": "172.24.4.101",
-    },
-}
-
-
-def _item_schemas(kind: Kind) -> dict[str, JsonSchema]:
-    name = _NAMES[kind.kind]
-    fields = _ITEM_NAME_FIELDS[kind.kind]
-    return {
-        f"{name}Create": {
-            "type": "object",
-            "properties": {**fields, "reservable": {"type": "boolean"}},
-            # A segment's physical network is optional; a floating IP's network is not.
-            "required": [*kind.columns, *kind.required]
-            if kind is FLOATING_IPS
-            else [kind.name_field, *kind.required],
-            "additionalProperties": EXTRA_VALUE,
-            "propertyNames": _PROPERTY_NAMES,
-            "examples": [_ITEM_EXAMPLES[kind.kind]],
-        },
-    }
-
 
 _RESERVATION_COMMON: dict[str, JsonSchema] = {
     "id": {"type": "string", "format": "uuid"},
@@ -608,7 +393,6 @@ def _any(suffix: str, host: str) -> JsonSchema:
 
 
 ITEM_SCHEMAS: dict[str, JsonSchema] = {
-    **{k: v for kind in (DEVICES, NETWORKS, FLOATING_IPS) for k, v in _item_schemas(kind).items()},
     **{k: v for t in _TYPE_NAMES for k, v in _reservation_schemas(t).items()},
     "AnyReservationCreate": _any("ReservationCreate", "ReservationCreate"),
     "AnyReservationUpdate": {
@@ -619,44 +403,6 @@ ITEM_SCHEMAS: dict[str, JsonSchema] = {
         "description": "changes to one reservation, of the fields of its resource_type",
     },
     "AnyReservation": _any("Reservation", "Reservation"),
-    "ItemUpdate": {
-        "type": "object",
-        "properties": {"reservable": {"type": "boolean"}},
-        "additionalProperties": _nullable(EXTRA_VALUE),
-        "propertyNames": _PROPERTY_NAMES,
-        "minProperties": 1,
-        "description": "extra properties (null removes one) and reservable; the fields that "
-        "identify the item cannot change",
-        "examples": [{"model": "h100"}],
-    },
-    "VolumePoolCreate": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
-            "capacity_gb": {
-                "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_INT}, INTEGER_STRING]
-            },
-            "reservable": {"type": "boolean"},
-        },
-        "required": ["name", "capacity_gb"],
-        "additionalProperties": EXTRA_VALUE,
-        "propertyNames": _PROPERTY_NAMES,
-        "examples": [{"name": "ssd-1", "capacity_gb": 10000, "tier": "ssd"}],
-    },
-    "VolumePoolUpdate": {
-        "type": "object",
-        "properties": {
-            "capacity_gb": {
-                "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_INT}, INTEGER_STRING]
-            },
-            "reservable": {"type": "boolean"},
-        },
-        "additionalProperties": _nullable(EXTRA_VALUE),
-        "propertyNames": {**_PROPERTY_NAMES, "not": {"enum": ["id", "name", "created_at"]}},
-        "minProperties": 1,
-        "description": "a smaller capacity is refused (409) while reservations need more",
-        "examples": [{"capacity_gb": 20000}],
-    },
     "InstanceAllocation": _record(
         {
             "resource_id": {"type": "string", "pattern": "^[0-9]+$"},

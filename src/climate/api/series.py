@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep
 from climate.api.parsing import json_object, series_request
-from climate.api.schemas import described
+from climate.api.schemas import body
 from climate.api.schemas.answers import ONE, V1, WRITE, answers
+from climate.api.schemas.bodies import SeriesCreate
 from climate.api.schemas.lease_answers import SeriesAnswer, SeriesCreated, SeriesList
 from climate.services.series import SeriesService
 
@@ -35,7 +36,7 @@ def list_series(service: SeriesDep, actor: ActorDep, project_id: str | None = No
 @router.post(
     "",
     status_code=201,
-    openapi_extra=described("SeriesCreate"),
+    openapi_extra=body(SeriesCreate),
     responses=answers(201, SeriesCreated, V1 | WRITE, creates=("series_id", "/series/id")),
 )
 def create_series(service: SeriesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:

@@ -125,10 +125,11 @@ def component(name: str) -> dict[str, Any]:
     return {_COMPONENT: name}
 
 
-def schemas() -> dict[str, dict[str, Any]]:
-    """The JSON schemas of every request model and of the models they nest, as components."""
+def schemas(*also: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """The JSON schemas of every request model, of the models ``also`` and of the models they
+    nest, as components."""
     found: dict[str, dict[str, Any]] = {}
-    for model in BODIES.values():
+    for model in (*BODIES.values(), *also):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         found.update(schema.pop("$defs", {}))
         found[model.__name__] = schema

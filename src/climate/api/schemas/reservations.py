@@ -3,13 +3,13 @@
 as ``wire.reservation`` renders it). ``AnyReservation…`` is the union of the installed resource
 types' models, discriminated by ``resource_type``.
 
-Each resource type checks its own fields (``resources/*``, with their messages); these models
-state them for the document.
+Each resource type supplies its fields (``ResourceType.wire``, resources/wire_fields.py) and
+checks them itself (``validate``, with its messages); these models state them for the document.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
@@ -20,20 +20,7 @@ from climate.api.schemas.shapes import LeaseDate, NumericId, Positive, Record, S
 from climate.domain.status import EndPolicy, ReservationStatus, StartPolicy
 from climate.resources import load_resource_types
 from climate.resources.base import ResourceType
-from climate.resources.items import MAX_REQUIRED
-
-Schema = dict[str, Any]
-INTEGER_STRING: Schema = {"type": "string", "pattern": r"^\s*[0-9]{1,18}\s*$"}
-COUNT: Schema = {
-    "anyOf": [{"type": "integer", "minimum": 1}, INTEGER_STRING],
-    "description": "an integer, or an integer string as the blazar CLI sends",
-}
-QUERY: Schema = {
-    "anyOf": [{"type": "string"}, {"type": "array"}],
-    "description": 'a property query such as \'["==", "$gpu", "a100"]\'; "" matches every host',
-}
-POSITIVE: Schema = {"type": "integer", "minimum": 1}
-STRING: Schema = {"type": "string"}
+from climate.resources.wire_fields import WireFields
 
 
 class ReservationAllocation(Record):
@@ -46,136 +33,7 @@ class InstanceAllocation(ReservationAllocation):
     count: Positive
 
 
-@dataclass(frozen=True)
-class WireFields:
-    """A resource type's reservation fields: as asked (JSON schemas; ``required`` of them in a
-    new reservation) and as stored and shown."""
-
-    model: str
-    asked: dict[str, Schema]
-    shown: dict[str, Schema]
-    required: tuple[str, ...] = ()
-    allocation: type[BaseModel] = ReservationAllocation
-    description: str | None = None
-    extra_shown: dict[str, Schema] = field(default_factory=dict)
-
-
-_INSTANCE_HOSTS: Schema = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {
-            "host_id": {"type": "string", "pattern": "^[0-9]+$"},
-            "count": POSITIVE,
-        },
-        "required": ["host_id", "count"],
-        "additionalProperties": False,
-    },
-}
-FIELDS: dict[str, WireFields] = {
-    "physical:host": WireFields(
-        model="",
-        asked={
-            "min": COUNT,
-            "max": COUNT,
-            "count_range": {"type": "string", "pattern": r"^[0-9]+(-[0-9]+)?$"},
-            "hypervisor_properties": QUERY,
-            "resource_properties": QUERY,
-        },
-        shown={
-            "min": POSITIVE,
-            "max": POSITIVE,
-            "hypervisor_properties": STRING,
-            "resource_properties": STRING,
-        },
-        description="min and max are required, directly or through count_range",
-    ),
-    "device": WireFields(
-        model="Device",
-        asked={"min": COUNT, "max": COUNT, "resource_properties": QUERY},
-        shown={"min": POSITIVE, "max": POSITIVE, "resource_properties": STRING},
-        required=("min", "max"),
-    ),
-    "network": WireFields(
-        model="Network",
-        asked={"amount": COUNT, "network_properties": QUERY, "resource_properties": QUERY},
-        shown={"amount": POSITIVE, "network_properties": STRING, "resource_properties": STRING},
-    ),
-    "virtual:floatingip": WireFields(
-        model="FloatingIP",
-        asked={
-            "network_id": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
-            "amount": COUNT,
-            "required_floatingips": {
-                "type": "array",
-                "maxItems": MAX_REQUIRED,
-                "uniqueItems": True,
-                "items": STRING,
-                "description": "addresses of the network that must be among those reserved",
-            },
-        },
-        shown={
-            "network_id": STRING,
-            "amount": POSITIVE,
-            "required_floatingips": {"type": "array", "items": STRING},
-        },
-        required=("network_id",),
-    ),
-    "virtual:volume": WireFields(
-        model="Volume",
-        asked={
-            "size_gb": COUNT,
-            "amount": COUNT,
-            "pool": nullable({"type": "string", "maxLength": 255}),
-            "resource_properties": QUERY,
-        },
-        shown={
-            "size_gb": POSITIVE,
-            "amount": POSITIVE,
-            "pool": nullable(STRING),
-            "resource_properties": STRING,
-        },
-        required=("size_gb",),
-    ),
-    "virtual:instance": WireFields(
-        model="Instance",
-        asked={
-            "amount": COUNT,
-            "vcpus": COUNT,
-            "memory_mb": COUNT,
-            "disk_gb": {
-                "anyOf": [
-                    {"type": "integer", "minimum": 0},
-                    {"type": "string", "pattern": "^[0-9]+$"},
-                ]
-            },
-            "affinity": {
-                "anyOf": [{"type": "boolean"}, {"type": "null"}, {"type": "string"}],
-                "description": "true: all on one host; false: each on its own; null: anywhere "
-                '(also "True", "False", "None")',
-            },
-            "resource_properties": QUERY,
-        },
-        shown={
-            "amount": POSITIVE,
-            "vcpus": POSITIVE,
-            "memory_mb": POSITIVE,
-            "disk_gb": {"type": "integer", "minimum": 0},
-            "affinity": nullable({"type": "boolean"}),
-            "resource_properties": STRING,
-            "flavor_id": {"type": "string", "description": "the reservation's private flavor"},
-            "aggregate_id": {"type": "string", "description": "the aggregate of its hosts"},
-            "server_group_id": nullable({"type": "string", "format": "uuid"}),
-            "hosts": _INSTANCE_HOSTS,
-        },
-        required=("amount", "vcpus", "memory_mb", "disk_gb"),
-        allocation=InstanceAllocation,
-    ),
-}
-"""By resource type name, in the order the document lists them."""
-
-
-def _described(schema: Schema) -> Any:
+def _described(schema: dict[str, Any]) -> Any:
     return Annotated[Any, WithJsonSchema(schema)]
 
 
@@ -220,6 +78,7 @@ def _asked(resource_type: ResourceType, wire: WireFields) -> dict[str, Any]:
 def _shown(resource_type: ResourceType, wire: WireFields) -> dict[str, Any]:
     """A reservation as ``wire.reservation`` renders it: every field present."""
     before_end = sorted(resource_type.before_end_actions)
+    allocation = InstanceAllocation if wire.counted else ReservationAllocation
     return {
         "id": (Uuid, ...),
         "lease_id": (Uuid, ...),
@@ -244,7 +103,7 @@ def _shown(resource_type: ResourceType, wire: WireFields) -> dict[str, Any]:
             ),
         ),
         "acknowledged_at": (LeaseDate | None, ...),
-        "allocations": (list[wire.allocation], ...),  # type: ignore[name-defined]
+        "allocations": (list[allocation], ...),  # type: ignore[valid-type]
         "created_at": (Stamp, ...),
         "updated_at": (Stamp | None, ...),
     }
@@ -257,9 +116,8 @@ class ReservationModels:
     shown: type[BaseModel]
 
 
-def models_of(resource_type: ResourceType) -> ReservationModels:
-    """A resource type's three reservation models."""
-    wire = FIELDS[resource_type.name]
+def models_of(resource_type: ResourceType, wire: WireFields) -> ReservationModels:
+    """A resource type's three reservation models, from the fields it supplies."""
     kind: Any = Literal[resource_type.name]
     asked = _asked(resource_type, wire)
     create = create_model(
@@ -289,7 +147,7 @@ def unions() -> tuple[type[BaseModel], type[BaseModel], type[BaseModel]]:
     """``AnyReservationCreate``, ``AnyReservationUpdate`` and ``AnyReservation``: the
     installed resource types' models (discriminated by ``resource_type`` where it is required)."""
     installed = load_resource_types()
-    found = [models_of(installed[name]) for name in FIELDS if name in installed]
+    found = [models_of(t, t.wire) for _, t in sorted(installed.items()) if t.wire is not None]
     creates = Union[tuple(m.create for m in found)]  # type: ignore[valid-type]  # noqa: UP007
     updates = Union[tuple(m.update for m in found)]  # type: ignore[valid-type]  # noqa: UP007
     shown = Union[tuple(m.shown for m in found)]  # type: ignore[valid-type]  # noqa: UP007

@@ -151,15 +151,6 @@ def body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
     }
 
 
-def described(name: str, *, required: bool = True) -> dict[str, Any]:
-    """``openapi_extra`` of a route whose JSON body is the hand-written component ``name``
-    (its service checks the fields)."""
-    schema = component(name)
-    return {
-        "requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}
-    }
-
-
 def validated(model: type[Model], raw: bytes | dict[str, Any]) -> Model:
     """``raw`` (a body, or an object already decoded) as ``model``.
 

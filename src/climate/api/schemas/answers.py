@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from climate.api.schemas import component
+from climate.api.schemas.lease_answers import SkippedOccurrence
 from climate.api.schemas.refusals import CounterOffer, RefusalReason
 
 CREATES = "x-climate-creates"
@@ -57,9 +57,14 @@ class Error(BaseModel):
     error_name: int = Field(description="the HTTP status, as Blazar")
     reason: RefusalReason | SkipJsonSchema[None] = None
     offers: Annotated[list[CounterOffer], Field(max_length=3)] | SkipJsonSchema[None] = None
-    conflicts: Annotated[
-        Any, WithJsonSchema({"type": "array", "items": component("SkippedOccurrence")})
-    ] = None
+    conflicts: list[SkippedOccurrence] | SkipJsonSchema[None] = Field(
+        None, description="a refused series: every occurrence that does not fit"
+    )
+    rules: list[dict[str, Any]] | SkipJsonSchema[None] = Field(
+        None,
+        description="refused by usage rules (403): each rule broken, or the external "
+        "service's decision (docs/fair-share.md)",
+    )
 
 
 def answers(

@@ -39,6 +39,8 @@ from climate.api import (
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.api.observe import ObservedRequests
+from climate.api.schemas.answers import ANYONE, answers
+from climate.api.schemas.ops import Versions
 from climate.backends import load_backend
 from climate.backends.base import Timeboxed
 from climate.context import ServiceContext
@@ -214,7 +216,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         }
         return JSONResponse(document, status_code=300)
 
-    app.add_api_route("/", versions, methods=["GET"])
-    app.add_api_route("/versions", versions, methods=["GET"])
+    shown = answers(300, Versions, ANYONE)
+    app.add_api_route("/", versions, methods=["GET"], status_code=300, responses=shown)
+    app.add_api_route("/versions", versions, methods=["GET"], status_code=300, responses=shown)
     openapi.install(app)
     return app

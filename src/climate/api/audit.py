@@ -10,11 +10,13 @@ from fastapi.responses import JSONResponse
 from climate import wire
 from climate.api.deps import ActorDep, PageDep, ServicesDep
 from climate.api.parsing import optional_date
+from climate.api.schemas.answers import V1, answers
+from climate.api.schemas.searches import AuditLog
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 
-@router.get("")
+@router.get("", responses=answers(200, AuditLog, V1))
 def list_audit(
     services: ServicesDep,
     actor: ActorDep,

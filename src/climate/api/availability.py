@@ -12,6 +12,10 @@ from fastapi.responses import JSONResponse
 from climate import inputs, wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object, parse_date
+from climate.api.schemas import body
+from climate.api.schemas.answers import V1, answers
+from climate.api.schemas.bodies import AvailabilitySearch
+from climate.api.schemas.searches import CapacityTimelineAnswer, Windows
 from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.resources.instances import InstanceType
@@ -45,13 +49,17 @@ UNITS = {
 }
 
 
-@router.post("")
+@router.post(
+    "",
+    openapi_extra=body(AvailabilitySearch),
+    responses=answers(200, Windows, V1 | {413}),
+)
 def search(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
     offers = services.availability.search(actor, _search_query(json_object(body)))
     return JSONResponse({"windows": [_window(offer) for offer in offers]})
 
 
-@router.get("/timeline")
+@router.get("/timeline", responses=answers(200, CapacityTimelineAnswer, V1))
 def timeline(
     services: ServicesDep,
     actor: ActorDep,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from climate import inputs
 from climate.api.deps import ActorDep, BodyDep
 from climate.api.schemas import body, validated
+from climate.api.schemas.answers import V1, WRITE, answers
 from climate.api.schemas.credits import (
     CreditGrant,
     CreditsAnswer,
@@ -30,14 +31,18 @@ async def _credits(request: Request) -> CreditsService:
 CreditsDep = Annotated[CreditsService, Depends(_credits)]
 
 
-@router.get("/credits", response_model=CreditsAnswer)
+@router.get("/credits", response_model=CreditsAnswer, responses=answers(200, CreditsAnswer, V1))
 def show_credits(service: CreditsDep, actor: ActorDep, project_id: str) -> CreditsAnswer:
     """The project's balance and what its leases hold encumbered (members: their own)."""
     return account_answer(service.account(actor, project_id))
 
 
 @router.post(
-    "/credits", status_code=201, response_model=EntryAnswer, openapi_extra=body(CreditGrant)
+    "/credits",
+    status_code=201,
+    response_model=EntryAnswer,
+    responses=answers(201, EntryAnswer, V1 | WRITE),
+    openapi_extra=body(CreditGrant),
 )
 def grant_credits(
     service: CreditsDep, actor: ActorDep, project_id: str, raw: BodyDep
@@ -47,7 +52,7 @@ def grant_credits(
     return EntryAnswer(entry=entry(service.grant(actor, project_id, asked.amount, asked.note)))
 
 
-@router.get("/ledger", response_model=LedgerAnswer)
+@router.get("/ledger", response_model=LedgerAnswer, responses=answers(200, LedgerAnswer, V1))
 def show_ledger(
     service: CreditsDep,
     actor: ActorDep,

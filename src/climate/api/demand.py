@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request, Response
 
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
+from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.demand import (
     CounterOfferShown,
     Demand,
@@ -36,7 +37,11 @@ CSV_COLUMNS = (
 )
 
 
-@router.get("", response_model=DemandResponse)
+@router.get(
+    "",
+    response_model=DemandResponse,
+    responses=answers(200, DemandResponse, V1, media={"text/csv": {"schema": {"type": "string"}}}),
+)
 def get_demand(
     request: Request,
     actor: ActorDep,

@@ -15,12 +15,22 @@ from climate import wire
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, optional_date
 from climate.api.schemas import body, validated
+from climate.api.schemas.answers import ONE, V1, WRITE, answers
 from climate.api.schemas.hosts import HostCreate, HostUpdate, PropertyUpdate, given
+from climate.api.schemas.inventory import (
+    HostAllocation,
+    HostAnswer,
+    Hosts,
+    PropertyList,
+    ResourcePropertyAnswer,
+    allocations,
+)
 from climate.errors import InvalidInput
 from climate.services.healing import MAX_REASON, HealReport
 from climate.services.hosts import HostAllocations
 
 router = APIRouter(prefix="/v1/os-hosts", tags=["hosts"])
+HOST_ALLOCATION, HOST_ALLOCATIONS = allocations(HostAllocation)
 
 
 class Allocated(Protocol):
@@ -58,12 +68,17 @@ def _allocation(found: HostAllocations) -> dict[str, object]:
     return allocation(found.host_id, found.reservations)
 
 
-@router.get("")
+@router.get("", responses=answers(200, Hosts, V1))
 def list_hosts(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
     return JSONResponse({"hosts": [wire.host(h) for h in services.hosts.list_all(actor, page)]})
 
 
-@router.post("", status_code=201, openapi_extra=body(HostCreate))
+@router.post(
+    "",
+    status_code=201,
+    openapi_extra=body(HostCreate),
+    responses=answers(201, HostAnswer, V1 | WRITE, creates=("host_id", "/host/id")),
+)
 def create_host(services: ServicesDep, actor: ActorDep, raw: BodyDep) -> JSONResponse:
     fields = given(validated(HostCreate, raw))
     name = fields.pop("name")
@@ -92,7 +107,7 @@ class AllocationFilters:
 FiltersDep = Annotated[AllocationFilters, Depends()]
 
 
-@router.get("/allocations")
+@router.get("/allocations", responses=answers(200, HOST_ALLOCATIONS, V1))
 def list_allocations(
     services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
 ) -> JSONResponse:
@@ -101,7 +116,7 @@ def list_allocations(
     return JSONResponse({"allocations": [_allocation(a) for a in found]})
 
 
-@router.get("/properties")
+@router.get("/properties", responses=answers(200, PropertyList, V1))
 def list_properties(
     services: ServicesDep, actor: ActorDep, detail: str = "False", all: str = "False"
 ) -> JSONResponse:
@@ -113,7 +128,11 @@ def list_properties(
     return JSONResponse({"resource_properties": body})
 
 
-@router.patch("/properties/{name}", openapi_extra=body(PropertyUpdate))
+@router.patch(
+    "/properties/{name}",
+    openapi_extra=body(PropertyUpdate),
+    responses=answers(200, ResourcePropertyAnswer, ONE | {413}),
+)
 def update_property(
     services: ServicesDep, actor: ActorDep, name: str, raw: BodyDep
 ) -> JSONResponse:
@@ -133,24 +152,26 @@ def update_property(
     )
 
 
-@router.get("/{host_id}")
+@router.get("/{host_id}", responses=answers(200, HostAnswer, ONE))
 def show_host(services: ServicesDep, actor: ActorDep, host_id: str) -> JSONResponse:
     return JSONResponse({"host": wire.host(services.hosts.get(actor, host_id))})
 
 
-@router.put("/{host_id}", openapi_extra=body(HostUpdate))
+@router.put(
+    "/{host_id}", openapi_extra=body(HostUpdate), responses=answers(200, HostAnswer, ONE | {413})
+)
 def update_host(services: ServicesDep, actor: ActorDep, host_id: str, raw: BodyDep) -> JSONResponse:
     host = services.hosts.update(actor, host_id, given(validated(HostUpdate, raw)))
     return JSONResponse({"host": wire.host(host)})
 
 
-@router.delete("/{host_id}", status_code=204)
+@router.delete("/{host_id}", status_code=204, responses=answers(204, None, ONE | {409}))
 def delete_host(services: ServicesDep, actor: ActorDep, host_id: str) -> Response:
     services.hosts.delete(actor, host_id)
     return Response(status_code=204)
 
 
-@router.get("/{host_id}/allocation")
+@router.get("/{host_id}/allocation", responses=answers(200, HOST_ALLOCATION, ONE))
 def show_allocation(
     services: ServicesDep, actor: ActorDep, host_id: str, filters: FiltersDep
 ) -> JSONResponse:
@@ -222,7 +243,11 @@ def _health(report: HealReport) -> HostHealthPublic:
     )
 
 
-@router.put("/{host_id}/health")
+@router.put(
+    "/{host_id}/health",
+    openapi_extra=body(HostHealthUpdate),
+    responses=answers(200, HostHealthPublic, ONE | {413}),
+)
 def update_health(
     services: ServicesDep, actor: ActorDep, host_id: str, body: BodyDep
 ) -> JSONResponse:

@@ -7,12 +7,15 @@ from fastapi.responses import JSONResponse
 
 from climate.api.deps import ActorDep, PageDep, ServicesDep
 from climate.api.hosts import FiltersDep, allocation
+from climate.api.schemas import inventory
+from climate.api.schemas.answers import ONE, V1, answers
 from climate.services.instances import HostInstances
 
 router = APIRouter(prefix="/v1/instances", tags=["instances"])
+ONE_HOST, HOSTS = inventory.allocations(inventory.HostInstances)
 
 
-@router.get("/allocations")
+@router.get("/allocations", responses=answers(200, HOSTS, V1))
 def list_allocations(
     services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
 ) -> JSONResponse:
@@ -22,7 +25,7 @@ def list_allocations(
     return JSONResponse({"allocations": [_allocation(a) for a in found]})
 
 
-@router.get("/allocations/{host_id}")
+@router.get("/allocations/{host_id}", responses=answers(200, ONE_HOST, ONE))
 def show_allocation(
     services: ServicesDep, actor: ActorDep, host_id: str, filters: FiltersDep
 ) -> JSONResponse:

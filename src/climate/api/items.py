@@ -13,12 +13,26 @@ from climate import wire
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.hosts import FiltersDep, allocation
 from climate.api.parsing import json_object
+from climate.api.schemas import body
+from climate.api.schemas.answers import ONE, V1, WRITE, answers
+from climate.api.schemas.bodies import ItemUpdate, VolumePoolCreate, VolumePoolUpdate, item_create
+from climate.api.schemas.inventory import (
+    ITEM_NAMES,
+    HostAllocation,
+    VolumePoolAllocation,
+    VolumePoolAnswer,
+    VolumePools,
+    allocations,
+    item_models,
+)
 from climate.resources.items import DEVICES, FLOATING_IPS, NETWORKS, Kind
 from climate.services.items import ItemAllocations
 from climate.services.volume_pools import PoolAllocations
 
 PATHS = {DEVICES.kind: "devices", NETWORKS.kind: "networks", FLOATING_IPS.kind: "floatingips"}
 """Each kind's path under /v1, which is also its list's key; the singular is its object's."""
+ITEM_ALLOCATION, ITEM_ALLOCATIONS = allocations(HostAllocation)
+POOL_ALLOCATION, POOL_ALLOCATIONS = allocations(VolumePoolAllocation)
 
 
 def _item_allocation(found: ItemAllocations) -> dict[str, object]:
@@ -33,20 +47,31 @@ def item_router(kind: Kind) -> APIRouter:
     path = PATHS[kind.kind]
     singular = path.removesuffix("s")
     router = APIRouter(prefix=f"/v1/{path}", tags=[path])
+    one, many = item_models(kind, path)
 
     def render(items: Sequence[Any]) -> list[dict[str, Any]]:
         return [wire.item(i, kind) for i in items]
 
-    @router.get("", name=f"list_{path}")
+    @router.get("", name=f"list_{path}", responses=answers(200, many, V1))
     def list_items(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
         return JSONResponse({path: render(services.items[kind.kind].list_all(actor, page))})
 
-    @router.post("", status_code=201, name=f"create_{singular}")
+    @router.post(
+        "",
+        status_code=201,
+        name=f"create_{singular}",
+        openapi_extra=body(item_create(kind, ITEM_NAMES[kind.kind])),
+        responses=answers(201, one, V1 | WRITE),
+    )
     def create_item(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
         item = services.items[kind.kind].create(actor, json_object(body))
         return JSONResponse({singular: wire.item(item, kind)}, status_code=201)
 
-    @router.get("/allocations", name=f"list_{singular}_allocations")
+    @router.get(
+        "/allocations",
+        name=f"list_{singular}_allocations",
+        responses=answers(200, ITEM_ALLOCATIONS, V1),
+    )
     def list_allocations(
         services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
     ) -> JSONResponse:
@@ -54,25 +79,39 @@ def item_router(kind: Kind) -> APIRouter:
         found = services.items[kind.kind].allocations(actor, page=page, **filters.as_arguments())
         return JSONResponse({"allocations": [_item_allocation(a) for a in found]})
 
-    @router.get("/{item_id}", name=f"show_{singular}")
+    @router.get("/{item_id}", name=f"show_{singular}", responses=answers(200, one, ONE))
     def show_item(services: ServicesDep, actor: ActorDep, item_id: str) -> JSONResponse:
         return JSONResponse(
             {singular: wire.item(services.items[kind.kind].get(actor, item_id), kind)}
         )
 
-    @router.put("/{item_id}", name=f"update_{singular}")
+    @router.put(
+        "/{item_id}",
+        name=f"update_{singular}",
+        openapi_extra=body(ItemUpdate),
+        responses=answers(200, one, ONE | {413}),
+    )
     def update_item(
         services: ServicesDep, actor: ActorDep, item_id: str, body: BodyDep
     ) -> JSONResponse:
         item = services.items[kind.kind].update(actor, item_id, json_object(body))
         return JSONResponse({singular: wire.item(item, kind)})
 
-    @router.delete("/{item_id}", status_code=204, name=f"delete_{singular}")
+    @router.delete(
+        "/{item_id}",
+        status_code=204,
+        name=f"delete_{singular}",
+        responses=answers(204, None, ONE | {409}),
+    )
     def delete_item(services: ServicesDep, actor: ActorDep, item_id: str) -> Response:
         services.items[kind.kind].delete(actor, item_id)
         return Response(status_code=204)
 
-    @router.get("/{item_id}/allocation", name=f"show_{singular}_allocation")
+    @router.get(
+        "/{item_id}/allocation",
+        name=f"show_{singular}_allocation",
+        responses=answers(200, ITEM_ALLOCATION, ONE),
+    )
     def show_allocation(
         services: ServicesDep, actor: ActorDep, item_id: str, filters: FiltersDep
     ) -> JSONResponse:
@@ -87,19 +126,24 @@ def item_router(kind: Kind) -> APIRouter:
 pools = APIRouter(prefix="/v1/volume-pools", tags=["volume-pools"])
 
 
-@pools.get("")
+@pools.get("", responses=answers(200, VolumePools, V1))
 def list_pools(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
     found = services.volume_pools.list_all(actor, page)
     return JSONResponse({"volume_pools": [wire.volume_pool(p) for p in found]})
 
 
-@pools.post("", status_code=201)
+@pools.post(
+    "",
+    status_code=201,
+    openapi_extra=body(VolumePoolCreate),
+    responses=answers(201, VolumePoolAnswer, V1 | WRITE, creates=("pool_id", "/volume_pool/id")),
+)
 def create_pool(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
     pool = services.volume_pools.create(actor, json_object(body))
     return JSONResponse({"volume_pool": wire.volume_pool(pool)}, status_code=201)
 
 
-@pools.get("/allocations")
+@pools.get("/allocations", responses=answers(200, POOL_ALLOCATIONS, V1))
 def list_pool_allocations(
     services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
 ) -> JSONResponse:
@@ -108,14 +152,18 @@ def list_pool_allocations(
     return JSONResponse({"allocations": [_pool_allocation(a) for a in found]})
 
 
-@pools.get("/{pool_id}")
+@pools.get("/{pool_id}", responses=answers(200, VolumePoolAnswer, ONE))
 def show_pool(services: ServicesDep, actor: ActorDep, pool_id: str) -> JSONResponse:
     return JSONResponse(
         {"volume_pool": wire.volume_pool(services.volume_pools.get(actor, pool_id))}
     )
 
 
-@pools.put("/{pool_id}")
+@pools.put(
+    "/{pool_id}",
+    openapi_extra=body(VolumePoolUpdate),
+    responses=answers(200, VolumePoolAnswer, ONE | WRITE),
+)
 def update_pool(
     services: ServicesDep, actor: ActorDep, pool_id: str, body: BodyDep
 ) -> JSONResponse:
@@ -123,13 +171,13 @@ def update_pool(
     return JSONResponse({"volume_pool": wire.volume_pool(pool)})
 
 
-@pools.delete("/{pool_id}", status_code=204)
+@pools.delete("/{pool_id}", status_code=204, responses=answers(204, None, ONE | {409}))
 def delete_pool(services: ServicesDep, actor: ActorDep, pool_id: str) -> Response:
     services.volume_pools.delete(actor, pool_id)
     return Response(status_code=204)
 
 
-@pools.get("/{pool_id}/allocation")
+@pools.get("/{pool_id}/allocation", responses=answers(200, POOL_ALLOCATION, ONE))
 def show_pool_allocation(
     services: ServicesDep, actor: ActorDep, pool_id: str, filters: FiltersDep
 ) -> JSONResponse:

@@ -13,6 +13,7 @@ from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
 from climate.api.parsing import flag
 from climate.api.reservations import ActionsDep
 from climate.api.schemas import body, validated
+from climate.api.schemas.answers import ONE, V1, WRITE, answers
 from climate.api.schemas.idle import (
     HeartbeatAnswer,
     IdleAnswer,
@@ -20,6 +21,7 @@ from climate.api.schemas.idle import (
     heartbeat_answer,
     idle_answer,
 )
+from climate.api.schemas.lease_answers import LeaseAnswer, LeaseCreated, LeaseDryRun, Leases
 from climate.api.schemas.leases import LeaseCreate, LeaseUpdate
 from climate.db.tables import Lease
 from climate.domain.status import LeaseStatus
@@ -28,7 +30,7 @@ from climate.services.leases import LeaseService
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
 
 
-@router.get("")
+@router.get("", responses=answers(200, Leases, V1))
 def list_leases(
     services: ServicesDep,
     actor: ActorDep,
@@ -51,7 +53,18 @@ def _shown(service: LeaseService, leases: Sequence[Lease]) -> list[dict[str, Any
     return [wire.lease(lease, places.get(lease.id)) for lease in leases]
 
 
-@router.post("", status_code=201, openapi_extra=body(LeaseCreate))
+@router.post(
+    "",
+    status_code=201,
+    openapi_extra=body(LeaseCreate),
+    responses=answers(
+        201,
+        LeaseCreated,
+        V1 | WRITE,
+        also={200: LeaseDryRun},
+        creates=("lease_id", "/lease/id"),
+    ),
+)
 def create_lease(
     services: ServicesDep, actor: ActorDep, raw: BodyDep, dry_run: str | None = None
 ) -> JSONResponse:
@@ -76,13 +89,15 @@ def create_lease(
     return JSONResponse(answer, status_code=201)
 
 
-@router.get("/{lease_id}")
+@router.get("/{lease_id}", responses=answers(200, LeaseAnswer, ONE))
 def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
     [shown] = _shown(services.leases, [services.leases.get(actor, lease_id)])
     return JSONResponse({"lease": shown})
 
 
-@router.put("/{lease_id}", openapi_extra=body(LeaseUpdate))
+@router.put(
+    "/{lease_id}", openapi_extra=body(LeaseUpdate), responses=answers(200, LeaseAnswer, ONE | WRITE)
+)
 def update_lease(
     services: ServicesDep, actor: ActorDep, lease_id: str, raw: BodyDep
 ) -> JSONResponse:
@@ -90,27 +105,36 @@ def update_lease(
     return JSONResponse({"lease": wire.lease(lease)})
 
 
-@router.delete("/{lease_id}", status_code=204)
+@router.delete("/{lease_id}", status_code=204, responses=answers(204, None, ONE))
 def delete_lease(actions: ActionsDep, actor: ActorDep, lease_id: str) -> Response:
     """Delete the lease; what its ended keep-until-ack reservations kept is discarded first."""
     actions.delete_lease(actor, lease_id)
     return Response(status_code=204)
 
 
-@router.post("/{lease_id}/confirm")
+@router.post("/{lease_id}/confirm", responses=answers(200, LeaseAnswer, ONE | {409}))
 def confirm_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
     """Confirm a hold: the HELD lease becomes PENDING and starts at its start date."""
     return JSONResponse({"lease": wire.lease(services.leases.confirm(actor, lease_id))})
 
 
-@router.post("/{lease_id}/heartbeat", response_model=HeartbeatAnswer)
+@router.post(
+    "/{lease_id}/heartbeat",
+    response_model=HeartbeatAnswer,
+    responses=answers(200, HeartbeatAnswer, ONE | {409}),
+)
 def heartbeat(services: ServicesDep, actor: ActorDep, lease_id: str) -> HeartbeatAnswer:
     """The running lease is in use now: idle reclamation counts its idleness from here
     (docs/idle.md)."""
     return heartbeat_answer(services.idle.heartbeat(actor, lease_id))
 
 
-@router.put("/{lease_id}/idle", response_model=IdleAnswer, openapi_extra=body(IdleUpdate))
+@router.put(
+    "/{lease_id}/idle",
+    response_model=IdleAnswer,
+    responses=answers(200, IdleAnswer, ONE | {413}),
+    openapi_extra=body(IdleUpdate),
+)
 def exempt_from_idle(
     services: ServicesDep, actor: ActorDep, lease_id: str, raw: BodyDep
 ) -> IdleAnswer:

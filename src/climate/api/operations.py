@@ -9,8 +9,10 @@ from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
-from climate.api.parsing import json_object
-from climate.errors import InvalidInput
+from climate.api.schemas import body, validated
+from climate.api.schemas.answers import ONE, WRITE, answers
+from climate.api.schemas.lease_answers import LeaseAnswer
+from climate.api.schemas.leases import ForceEnd
 from climate.services.operations import OperatorService
 
 router = APIRouter(prefix="/v1/leases", tags=["operations"])
@@ -23,21 +25,19 @@ async def _operator(services: ServicesDep) -> OperatorService:
 OperatorDep = Annotated[OperatorService, Depends(_operator)]
 
 
-@router.post("/{lease_id}/retry")
+@router.post("/{lease_id}/retry", responses=answers(200, LeaseAnswer, ONE | {409}))
 def retry_lease(operator: OperatorDep, actor: ActorDep, lease_id: str) -> JSONResponse:
     return JSONResponse({"lease": wire.lease(operator.retry(actor, lease_id))})
 
 
-@router.post("/{lease_id}/force-end")
+@router.post(
+    "/{lease_id}/force-end",
+    openapi_extra=body(ForceEnd, required=False),
+    responses=answers(200, LeaseAnswer, ONE | WRITE),
+)
 def force_end_lease(
-    operator: OperatorDep, actor: ActorDep, lease_id: str, body: BodyDep
+    operator: OperatorDep, actor: ActorDep, lease_id: str, raw: BodyDep
 ) -> JSONResponse:
-    options = json_object(body)
-    unknown = set(options) - {"skip_backend"}
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field; only skip_backend is accepted")
-    skip_backend = options.get("skip_backend", False)
-    if not isinstance(skip_backend, bool):
-        raise InvalidInput("skip_backend", "must be true or false")
-    lease = operator.force_end(actor, lease_id, skip_backend=skip_backend)
+    options = validated(ForceEnd, raw)
+    lease = operator.force_end(actor, lease_id, skip_backend=options.skip_backend)
     return JSONResponse({"lease": wire.lease(lease)})

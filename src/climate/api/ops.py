@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from climate import metrics
+from climate.api.schemas.answers import ANYONE, answers
 from climate.api.schemas.ops import Health, Readiness, ReadinessCheck
 from climate.domain.status import LeaseStatus
 from climate.services.health import HealthService
@@ -19,13 +20,17 @@ from climate.services.health import HealthService
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=Health, responses=answers(200, Health, ANYONE))
 async def healthz() -> Health:
     """200 as long as the process serves HTTP."""
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Readiness)
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses=answers(200, Readiness, ANYONE, also={503: Readiness}),
+)
 def readyz(request: Request) -> JSONResponse:
     """200 when the database answers, a manager's heartbeat is fresh and the outbox backlog is
     under ``ready_max_outbox_backlog``; 503 naming the failing checks otherwise."""
@@ -82,7 +87,17 @@ class StateCollector(Collector):
             )
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses=answers(
+        200,
+        None,
+        ANYONE,
+        description="Prometheus's text exposition format",
+        media={"text/plain": {"schema": {"type": "string"}}},
+    ),
+)
 async def prometheus_metrics(request: Request) -> Response:
     """Prometheus's text format: this process's counters (every process's, in multiprocess
     mode) and the state read from the database now."""

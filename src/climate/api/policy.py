@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from climate.api.deps import ActorDep
+from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.policy import PolicyUsage, RuleUsage
 from climate.fairshare.report import UsageService
 from climate.fairshare.rules import shown_limit, unit_of
@@ -22,7 +23,7 @@ async def _usage(request: Request) -> UsageService:
 UsageDep = Annotated[UsageService, Depends(_usage)]
 
 
-@router.get("/usage", response_model=PolicyUsage)
+@router.get("/usage", response_model=PolicyUsage, responses=answers(200, PolicyUsage, V1))
 def usage(
     service: UsageDep, actor: ActorDep, project_id: str | None = None, user_id: str | None = None
 ) -> PolicyUsage:

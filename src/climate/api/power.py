@@ -6,12 +6,13 @@ from fastapi import APIRouter
 
 from climate.api.deps import ActorDep, ServicesDep
 from climate.api.parsing import optional_date
+from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.power import PowerAnswer, power_answer
 
 router = APIRouter(prefix="/v1/power", tags=["power"])
 
 
-@router.get("", response_model=PowerAnswer)
+@router.get("", response_model=PowerAnswer, responses=answers(200, PowerAnswer, V1))
 def power_report(
     services: ServicesDep, actor: ActorDep, start: str | None = None, end: str | None = None
 ) -> PowerAnswer:

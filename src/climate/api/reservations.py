@@ -10,6 +10,8 @@ from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep
+from climate.api.schemas.answers import ONE, answers
+from climate.api.schemas.lease_answers import LeaseAnswer
 from climate.services.reservation_actions import ReservationActionService
 
 router = APIRouter(prefix="/v1/leases/{lease_id}/reservations", tags=["leases"])
@@ -23,7 +25,7 @@ async def _actions(request: Request) -> ReservationActionService:
 ActionsDep = Annotated[ReservationActionService, Depends(_actions)]
 
 
-@router.post("/{reservation_id}/start")
+@router.post("/{reservation_id}/start", responses=answers(200, LeaseAnswer, ONE | {409}))
 def start_reservation(
     actions: ActionsDep, actor: ActorDep, lease_id: str, reservation_id: str
 ) -> JSONResponse:
@@ -31,7 +33,7 @@ def start_reservation(
     return JSONResponse({"lease": wire.lease(actions.start(actor, lease_id, reservation_id))})
 
 
-@router.post("/{reservation_id}/acknowledge")
+@router.post("/{reservation_id}/acknowledge", responses=answers(200, LeaseAnswer, ONE | {409}))
 def acknowledge_reservation(
     actions: ActionsDep, actor: ActorDep, lease_id: str, reservation_id: str
 ) -> JSONResponse:

@@ -8,7 +8,10 @@ from fastapi.responses import JSONResponse
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object
-from climate.api.schemas import validated
+from climate.api.schemas import body, validated
+from climate.api.schemas.answers import V1, WRITE, answers
+from climate.api.schemas.bodies import LeaseFromTemplate
+from climate.api.schemas.lease_answers import FromTemplate
 from climate.api.schemas.leases import LeaseCreate
 from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
@@ -64,7 +67,12 @@ def _files(value: object) -> dict[str, str]:
     return value
 
 
-@router.post("/from-template", status_code=201)
+@router.post(
+    "/from-template",
+    status_code=201,
+    openapi_extra=body(LeaseFromTemplate),
+    responses=answers(201, FromTemplate, V1 | WRITE),
+)
 def create_lease_from_template(
     services: ServicesDep, actor: ActorDep, body: BodyDep
 ) -> JSONResponse:

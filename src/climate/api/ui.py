@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from climate.api import ics
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
+from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.ui import TimelineAnswer
 from climate.context import ServiceContext
 from climate.services.timeline import HOST_TYPE, TimelineService
@@ -43,7 +44,9 @@ async def _timelines(request: Request) -> TimelineService:
 TimelinesDep = Annotated[TimelineService, Depends(_timelines)]
 
 
-@router.get("/v1/timeline", response_model=TimelineAnswer)
+@router.get(
+    "/v1/timeline", response_model=TimelineAnswer, responses=answers(200, TimelineAnswer, V1)
+)
 def timeline(
     timelines: TimelinesDep,
     actor: ActorDep,
@@ -80,7 +83,17 @@ def timeline(
     return Response(to_json(answer), media_type="application/json")
 
 
-@router.get("/v1/leases.ics")
+@router.get(
+    "/v1/leases.ics",
+    response_class=Response,
+    responses=answers(
+        200,
+        None,
+        V1,
+        description="an iCalendar document (RFC 5545)",
+        media={"text/calendar": {"schema": {"type": "string"}}},
+    ),
+)
 def lease_feed(timelines: TimelinesDep, actor: ActorDep, project_id: str | None = None) -> Response:
     """The caller's project's leases as an iCalendar feed (an admin's: every project's, or
     ``project_id``'s)."""

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
+from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.usage import ProjectUsage, Usage, UsageLine, UsageResponse
 from climate.errors import InvalidInput
 from climate.services import usage
@@ -29,7 +30,11 @@ CSV_COLUMNS = (
 )
 
 
-@router.get("", response_model=UsageResponse)
+@router.get(
+    "",
+    response_model=UsageResponse,
+    responses=answers(200, UsageResponse, V1, media={"text/csv": {"schema": {"type": "string"}}}),
+)
 def get_usage(
     request: Request,
     actor: ActorDep,

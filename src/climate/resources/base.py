@@ -16,6 +16,7 @@ from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy, StartPolicy
 from climate.errors import InvalidInput
 from climate.planner.query import parse_query
+from climate.resources.wire_fields import WireFields
 
 POLICY_FIELDS = frozenset({"start_policy", "end_policy"})
 """Reservation fields of every resource type (docs/policies.md)."""
@@ -40,6 +41,8 @@ class ResourceType(abc.ABC):
     acts_for_lessee: ClassVar[bool] = False
     """The backend makes things in the lessee's project for it (an instance reservation's
     server group): a lease of this type carries a Keystone trust (``ServiceContext.delegate``)."""
+    wire: ClassVar[WireFields | None] = None
+    """Its reservation fields on the wire, for the API's document (None: not described)."""
 
     def configure(self, settings: Settings) -> None:
         """Take the operator's settings (called once, when the service context is built);

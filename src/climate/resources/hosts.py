@@ -36,6 +36,7 @@ from climate.resources.base import (
     policy_fields,
     reject_unknown,
 )
+from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
 
 HOST_COLUMNS = (
     "hypervisor_hostname",
@@ -111,6 +112,23 @@ class PhysicalHostType(ResourceType):
     name = "physical:host"
     before_end_actions = frozenset({"default", "notification"})
     end_policies = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT})
+    wire = WireFields(
+        model="",
+        asked={
+            "min": COUNT,
+            "max": COUNT,
+            "count_range": {"type": "string", "pattern": r"^[0-9]+(-[0-9]+)?$"},
+            "hypervisor_properties": QUERY,
+            "resource_properties": QUERY,
+        },
+        shown={
+            "min": POSITIVE,
+            "max": POSITIVE,
+            "hypervisor_properties": STRING,
+            "resource_properties": STRING,
+        },
+        description="min and max are required, directly or through count_range",
+    )
 
     def __init__(self) -> None:
         self.inventory = Inventory()

@@ -39,6 +39,7 @@ from climate.resources.base import (
     query_field,
 )
 from climate.resources.hosts import Inventory, flag_field
+from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields, nullable
 
 FIELDS = (
     frozenset(
@@ -110,6 +111,51 @@ class InstanceType(ResourceType):
     name = "virtual:instance"
     end_policies = frozenset(EndPolicy)
     acts_for_lessee = True
+    wire = WireFields(
+        model="Instance",
+        asked={
+            "amount": COUNT,
+            "vcpus": COUNT,
+            "memory_mb": COUNT,
+            "disk_gb": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 0},
+                    {"type": "string", "pattern": "^[0-9]+$"},
+                ]
+            },
+            "affinity": {
+                "anyOf": [{"type": "boolean"}, {"type": "null"}, {"type": "string"}],
+                "description": "true: all on one host; false: each on its own; null: anywhere "
+                '(also "True", "False", "None")',
+            },
+            "resource_properties": QUERY,
+        },
+        shown={
+            "amount": POSITIVE,
+            "vcpus": POSITIVE,
+            "memory_mb": POSITIVE,
+            "disk_gb": {"type": "integer", "minimum": 0},
+            "affinity": nullable({"type": "boolean"}),
+            "resource_properties": STRING,
+            "flavor_id": {"type": "string", "description": "the reservation's private flavor"},
+            "aggregate_id": {"type": "string", "description": "the aggregate of its hosts"},
+            "server_group_id": nullable({"type": "string", "format": "uuid"}),
+            "hosts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "host_id": {"type": "string", "pattern": "^[0-9]+$"},
+                        "count": POSITIVE,
+                    },
+                    "required": ["host_id", "count"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        required=("amount", "vcpus", "memory_mb", "disk_gb"),
+        counted=True,
+    )
 
     def __init__(self) -> None:
         self.inventory = Inventory()

@@ -38,6 +38,7 @@ from climate.resources.base import (
     query_field,
     text_field,
 )
+from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
 
 MAX_REMEMBERED_QUERIES = 1024
 MAX_SEGMENT_ID = 2**24 - 1
@@ -250,6 +251,12 @@ class DeviceType(ItemType):
 
     name = "device"
     kind = DEVICES
+    wire = WireFields(
+        model="Device",
+        asked={"min": COUNT, "max": COUNT, "resource_properties": QUERY},
+        shown={"min": POSITIVE, "max": POSITIVE, "resource_properties": STRING},
+        required=("min", "max"),
+    )
     FIELDS = frozenset({"min", "max", "resource_properties", "before_end"}) | POLICY_FIELDS
 
     def validate(
@@ -279,6 +286,11 @@ class NetworkType(ItemType):
 
     name = "network"
     kind = NETWORKS
+    wire = WireFields(
+        model="Network",
+        asked={"amount": COUNT, "network_properties": QUERY, "resource_properties": QUERY},
+        shown={"amount": POSITIVE, "network_properties": STRING, "resource_properties": STRING},
+    )
     FIELDS = (
         frozenset({"amount", "network_properties", "resource_properties", "before_end"})
         | POLICY_FIELDS
@@ -310,6 +322,26 @@ class FloatingIPType(ItemType):
 
     name = "virtual:floatingip"
     kind = FLOATING_IPS
+    wire = WireFields(
+        model="FloatingIP",
+        asked={
+            "network_id": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
+            "amount": COUNT,
+            "required_floatingips": {
+                "type": "array",
+                "maxItems": MAX_REQUIRED,
+                "uniqueItems": True,
+                "items": STRING,
+                "description": "addresses of the network that must be among those reserved",
+            },
+        },
+        shown={
+            "network_id": STRING,
+            "amount": POSITIVE,
+            "required_floatingips": {"type": "array", "items": STRING},
+        },
+        required=("network_id",),
+    )
     FIELDS = (
         frozenset({"network_id", "amount", "required_floatingips", "before_end"}) | POLICY_FIELDS
     )

@@ -31,6 +31,7 @@ from climate.resources.base import (
     query_field,
     text_field,
 )
+from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields, nullable
 
 FIELDS = (
     frozenset({"size_gb", "amount", "pool", "resource_properties", "before_end"}) | POLICY_FIELDS
@@ -46,6 +47,22 @@ def pool_properties(pool: VolumePool) -> dict[str, str | int | None]:
 
 class VolumeType(ResourceType):
     name = "virtual:volume"
+    wire = WireFields(
+        model="Volume",
+        asked={
+            "size_gb": COUNT,
+            "amount": COUNT,
+            "pool": nullable({"type": "string", "maxLength": 255}),
+            "resource_properties": QUERY,
+        },
+        shown={
+            "size_gb": POSITIVE,
+            "amount": POSITIVE,
+            "pool": nullable(STRING),
+            "resource_properties": STRING,
+        },
+        required=("size_gb",),
+    )
     end_policies = frozenset(
         {EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT, EndPolicy.KEEP_UNTIL_ACK}
     )

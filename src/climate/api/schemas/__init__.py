@@ -125,16 +125,21 @@ def component(name: str) -> dict[str, Any]:
     return {_COMPONENT: name}
 
 
-def schemas() -> dict[str, dict[str, Any]]:
-    """The JSON schemas of every request model and of the models they nest, as components."""
+def schemas(*also: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """The JSON schemas of every request model, of the models ``also`` and of the models they
+    nest, as components."""
     found: dict[str, dict[str, Any]] = {}
-    for model in BODIES.values():
+    for model in (*BODIES.values(), *also):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         found.update(schema.pop("$defs", {}))
         found[model.__name__] = schema
-    text = json.dumps(found).replace(f'{{"{_COMPONENT}": "', '{"$ref": "#/components/schemas/')
-    written: dict[str, dict[str, Any]] = json.loads(text)
+    written: dict[str, dict[str, Any]] = json.loads(components(json.dumps(found)))
     return written
+
+
+def components(text: str) -> str:
+    """``text`` (JSON) with each ``component`` written as the reference it stands for."""
+    return text.replace(f'{{"{_COMPONENT}": "', '{"$ref": "#/components/schemas/')
 
 
 def body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
@@ -166,6 +171,8 @@ def error_message(errors: Sequence[Any]) -> str:
     field = location(first.get("loc", ()))
     if first.get("type") == "missing":
         return f"Missing parameter {field}"
+    if first.get("type") == "extra_forbidden":
+        return f"{field}: unknown field"
     return f"{field or 'request'}: {first.get('msg')}"
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    WithJsonSchema,
+    model_validator,
+)
 
 from climate import inputs
 from climate.api import parsing
@@ -277,3 +285,13 @@ class LeaseUpdate(LeaseFields):
             before_end_offset=self.before_end_offset,
             reminders=self.reminders,
         )
+
+
+class ForceEnd(BaseModel):
+    """An operator's force-end of a lease (an empty body: the defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    skip_backend: StrictBool = Field(
+        False, description="end the lease without asking the backend to release anything"
+    )

@@ -18,6 +18,7 @@ import pytest
 from climate.backends.base import Timeboxed
 from climate.config import Settings
 from climate.db.engine import Database
+from climate.domain.actor import Actor
 from climate.domain.admission import AdmissionRefused
 from climate.domain.clock import ManualClock
 from climate.manager.service import Manager
@@ -62,14 +63,23 @@ def keystone_climate(
     empty_freepool(backend.conn, ctx.settings.freepool_name)
 
 
-def trust_shown(openstack_env: dict[str, str], trust_id: str) -> int:
-    """The status of the admin's ``GET /v3/OS-TRUST/trusts/<id>``."""
-    env = openstack_env
+def with_token(env: dict[str, str], member: Member) -> Actor:
+    """``member``'s actor carrying a real Keystone token of theirs, as the API makes it."""
+    member_token = token(env["OS_AUTH_URL"], member.name, member.password, member.project_name)
+    return dataclasses.replace(member.actor, token=member_token)
+
+
+def as_admin(env: dict[str, str], path: str, **params: str) -> httpx.Response:
+    """The rig admin's ``GET`` of Keystone's ``path``."""
     admin = token(
         env["OS_AUTH_URL"], env["OS_USERNAME"], env["OS_PASSWORD"], env["OS_PROJECT_NAME"]
     )
-    url = f"{env['OS_AUTH_URL']}/OS-TRUST/trusts/{trust_id}"
-    return httpx.get(url, headers={"X-Auth-Token": admin}).status_code
+    return httpx.get(f"{env['OS_AUTH_URL']}{path}", params=params, headers={"X-Auth-Token": admin})
+
+
+def trust_shown(env: dict[str, str], trust_id: str) -> int:
+    """The status of the admin's ``GET /v3/OS-TRUST/trusts/<id>``."""
+    return as_admin(env, f"/OS-TRUST/trusts/{trust_id}").status_code
 
 
 def test_the_lessee_boots_into_its_reservations_server_group(
@@ -81,10 +91,7 @@ def test_the_lessee_boots_into_its_reservations_server_group(
 ) -> None:
     ctx, backend = keystone_climate
     member = members()
-    member_token = token(
-        openstack_env["OS_AUTH_URL"], member.name, member.password, member.project_name
-    )
-    actor = dataclasses.replace(member.actor, token=member_token)
+    actor = with_token(openstack_env, member)
     lease = lease_now(ctx, clock, actor, "virtual:instance", name="trusted", **FIELDS)
     trust_id = lease.trust_id
     assert trust_id is not None
@@ -143,10 +150,7 @@ def test_a_host_lease_needs_no_trust(
 ) -> None:
     ctx, backend = keystone_climate
     member = members()
-    member_token = token(
-        openstack_env["OS_AUTH_URL"], member.name, member.password, member.project_name
-    )
-    actor = dataclasses.replace(member.actor, token=member_token)
+    actor = with_token(openstack_env, member)
     lease = lease_now(ctx, clock, actor, name="hosts-only")
     assert lease.trust_id is None
     LeaseService(ctx).delete(actor, lease.id)
@@ -161,21 +165,10 @@ def test_a_refused_lease_leaves_no_trust_behind(
 ) -> None:
     ctx, _backend = keystone_climate
     member = members()
-    member_token = token(
-        openstack_env["OS_AUTH_URL"], member.name, member.password, member.project_name
-    )
-    actor = dataclasses.replace(member.actor, token=member_token)
+    actor = with_token(openstack_env, member)
     too_many = FIELDS | {"amount": 40, "affinity": None}  # two computes of 16 vCPUs
     with pytest.raises(AdmissionRefused):
         lease_now(ctx, clock, actor, "virtual:instance", name="too-big", **too_many)
-    env = openstack_env
-    admin = token(
-        env["OS_AUTH_URL"], env["OS_USERNAME"], env["OS_PASSWORD"], env["OS_PROJECT_NAME"]
-    )
-    trusts = httpx.get(
-        f"{env['OS_AUTH_URL']}/OS-TRUST/trusts",
-        params={"trustor_user_id": member.actor.user_id},
-        headers={"X-Auth-Token": admin},
-    )
+    trusts = as_admin(openstack_env, "/OS-TRUST/trusts", trustor_user_id=member.actor.user_id)
     assert trusts.status_code == 200, trusts.text
     assert trusts.json()["trusts"] == []

@@ -10,7 +10,6 @@ import io
 from fastapi import APIRouter, Request, Response
 
 from climate.api.deps import ActorDep
-from climate.api.parsing import parse_date
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.demand import (
     CounterOfferShown,
@@ -21,8 +20,9 @@ from climate.api.schemas.demand import (
     DemandResponse,
     RefusalRecord,
 )
+from climate.api.usage import answer, asked_window
 from climate.errors import InvalidInput
-from climate.services import demand, usage
+from climate.services import demand
 from climate.services.demand import DemandService, Question
 
 router = APIRouter(prefix="/v1/demand", tags=["usage"])
@@ -59,21 +59,11 @@ def get_demand(
     (``day`` or ``hour``), of ``project_id`` (admins: any, default all; members: their own); with
     ``target`` (1-100), the fewest hosts like those matching ``properties`` that would have
     admitted that share of the refused host requests."""
-    if format not in (None, "json", "csv"):
-        raise InvalidInput("format", f"must be json or csv, not {format!r}")
     service: DemandService = request.app.state.demand
-    asked = usage.window(
-        period,
-        None if start is None else parse_date("start", start),
-        None if end is None else parse_date("end", end),
-        service.ctx.clock.now(),
-        service.ctx.settings.usage_max_days,
-    )
+    asked = asked_window(service.ctx, period, start, end, format)
     question = Question(bucket, resource_type, properties, _percent(target))
     body = _body(service.report(actor, asked, question, project_id))
-    if format == "csv" or (format is None and "text/csv" in request.headers.get("accept", "")):
-        return Response(_csv(body), media_type="text/csv")
-    return Response(body.model_dump_json(), media_type="application/json")
+    return answer(request, format, body, _csv)
 
 
 def _percent(target: str | None) -> int | None:

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
+from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
 
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.usage import ProjectUsage, Usage, UsageLine, UsageResponse
+from climate.context import ServiceContext
 from climate.errors import InvalidInput
 from climate.services import usage
 from climate.services.usage import UsageService
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])
+Body = TypeVar("Body", bound=BaseModel)
 CSV_COLUMNS = (
     "project_id",
     "resource_type",
@@ -47,19 +52,34 @@ def get_usage(
     """Usage over ``period`` (``day`` or ``month``, holding ``start``, default now) or the
     custom range ``start``-``end``; of ``project_id`` (admins: any, default all; members: their
     own)."""
+    service: UsageService = request.app.state.usage
+    asked = asked_window(service.ctx, period, start, end, format)
+    body = _body(service.report(actor, asked, project_id))
+    return answer(request, format, body, _csv)
+
+
+def asked_window(
+    ctx: ServiceContext, period: str | None, start: str | None, end: str | None, format: str | None
+) -> usage.Window:
+    """The period a report's query asks for (and its ``format`` checked), as ``GET /v1/usage``
+    reads them (docs/usage.md); a bad one is a 400 naming the field."""
     if format not in (None, "json", "csv"):
         raise InvalidInput("format", f"must be json or csv, not {format!r}")
-    service: UsageService = request.app.state.usage
-    asked = usage.window(
+    return usage.window(
         period,
         None if start is None else parse_date("start", start),
         None if end is None else parse_date("end", end),
-        service.ctx.clock.now(),
-        service.ctx.settings.usage_max_days,
+        ctx.clock.now(),
+        ctx.settings.usage_max_days,
     )
-    body = _body(service.report(actor, asked, project_id))
+
+
+def answer(
+    request: Request, format: str | None, body: Body, to_csv: Callable[[Body], str]
+) -> Response:
+    """A report as CSV (``format=csv`` or ``Accept: text/csv``) or JSON."""
     if format == "csv" or (format is None and "text/csv" in request.headers.get("accept", "")):
-        return Response(_csv(body), media_type="text/csv")
+        return Response(to_csv(body), media_type="text/csv")
     return Response(body.model_dump_json(), media_type="application/json")
 
 

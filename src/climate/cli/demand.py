@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from urllib.parse import urlencode
-
-import httpx
 
 from climate.cli.client import show
-from climate.cli.http import add_client_options, connect
+from climate.cli.http import add_client_options
 from climate.cli.output import emit
+from climate.cli.usage import report
 
 COLUMNS = [
     "resource_type",
@@ -25,29 +23,14 @@ COLUMNS = [
 
 
 def demand_command(args: argparse.Namespace) -> None:
-    api = connect(args)
-    asked = {
-        "period": args.period,
-        "start": args.start,
-        "end": args.end,
-        "project_id": args.project_id,
+    more = {
         "bucket": args.bucket,
         "resource_type": args.resource_type,
         "properties": args.properties,
         "target": args.target,
     }
-    query = "/demand?" + urlencode({k: v for k, v in asked.items() if v is not None})
-    if args.csv:
-        try:
-            response = api.http.get(query + "&format=csv")
-        except httpx.HTTPError as exc:
-            raise SystemExit(f"error: cannot reach {api.http.base_url}: {exc}") from exc
-        if response.status_code >= 400:
-            api.call("GET", query)  # exits with the error message
-        print(response.text, end="")
-        return
-    found = api.call("GET", query)["demand"]
-    if emit(args, found):
+    found = report(args, "demand", more)
+    if found is None or emit(args, found):
         return
     rows: list[dict[str, Any]] = [
         {"resource_type": g["resource_type"], "properties": g["properties"], **b}

@@ -23,26 +23,33 @@ COLUMNS = [
 ]
 
 
-def usage_command(args: argparse.Namespace) -> None:
+def report(args: argparse.Namespace, name: str, more: dict[str, str | None]) -> Any:
+    """``GET /v1/<name>`` for the period and project ``args`` ask (and ``more`` of its query):
+    with ``--csv`` its CSV printed as the server wrote it (None), else its JSON body."""
     api = connect(args)
     asked = {
         "period": args.period,
         "start": args.start,
         "end": args.end,
         "project_id": args.project_id,
+        **more,
     }
-    query = "/usage?" + urlencode({k: v for k, v in asked.items() if v is not None})
-    if args.csv:
-        try:
-            response = api.http.get(query + "&format=csv")
-        except httpx.HTTPError as exc:
-            raise SystemExit(f"error: cannot reach {api.http.base_url}: {exc}") from exc
-        if response.status_code >= 400:
-            api.call("GET", query)  # exits with the error message
-        print(response.text, end="")
-        return
-    found = api.call("GET", query)["usage"]
-    if emit(args, found):
+    query = f"/{name}?" + urlencode({k: v for k, v in asked.items() if v is not None})
+    if not args.csv:
+        return api.call("GET", query)[name]
+    try:
+        response = api.http.get(query + "&format=csv")
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"error: cannot reach {api.http.base_url}: {exc}") from exc
+    if response.status_code >= 400:
+        api.call("GET", query)  # exits with the error message
+    print(response.text, end="")
+    return None
+
+
+def usage_command(args: argparse.Namespace) -> None:
+    found = report(args, "usage", {})
+    if found is None or emit(args, found):
         return
     rows: list[dict[str, Any]] = [
         {"project_id": p["project_id"], **line} for p in found["projects"] for line in p["lines"]

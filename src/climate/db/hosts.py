@@ -100,7 +100,6 @@ class HostRecord:
 
 
 def bump_inventory(session: Session) -> None:
-    session.info.pop(_KNOWN_VERSION, None)
     session.execute(
         update(Lock).where(Lock.name == INVENTORY_VERSION).values(version=Lock.version + 1)
     )
@@ -110,19 +109,8 @@ _LOCKS = table_of(Lock).c
 _INVENTORY_VERSION = select(_LOCKS.version).where(_LOCKS.name == INVENTORY_VERSION)
 
 
-_KNOWN_VERSION = "inventory_version"
-
-
 def inventory_version(session: Session) -> int:
-    """The inventory's version, read once per transaction (admission asks for it several
-    times: the host search, the usage rules' and credits' host facts); ``bump_inventory``
-    in the same transaction forgets it."""
-    known = session.info.get(_KNOWN_VERSION)
-    if known is None:
-        known = session.info[_KNOWN_VERSION] = int(
-            session.execute(_INVENTORY_VERSION).scalar() or 0
-        )
-    return int(known)
+    return int(session.execute(_INVENTORY_VERSION).scalar() or 0)
 
 
 UP = "up"

@@ -20,7 +20,6 @@ from climate.db.tables import (
     CreditBalance,
     CreditEntry,
     HostAllocation,
-    HostProperty,
     InstanceAllocation,
     Item,
     ItemAllocation,
@@ -39,9 +38,6 @@ _MOVE = (
     .returning(_BALANCE)
 )
 _APPEND = LEDGER.insert().returning(LEDGER.c.id)
-_HOST_PROPERTIES = select(HostProperty.host_id, HostProperty.name, HostProperty.value).where(
-    HostProperty.host_id.in_(bindparam("ids", expanding=True))
-)
 
 
 @dataclass(frozen=True)
@@ -192,11 +188,3 @@ def holdings(session: Session, lease_id: str, tables: Collection[str]) -> Iterat
                 yield Holding(str(row[3]), int(row[2]), (1,), row[0], row[1])
             else:
                 yield Holding(table, int(row[2]), tuple(int(v) for v in row[3:]) or (1,), *row[:2])
-
-
-def host_properties(session: Session, ids: Collection[int]) -> dict[int, dict[str, str]]:
-    """These hosts' properties, by id."""
-    found: dict[int, dict[str, str]] = {}
-    for host, name, value in session.execute(_HOST_PROPERTIES, {"ids": list(ids)}):
-        found.setdefault(int(host), {})[str(name)] = str(value)
-    return found

@@ -145,18 +145,21 @@ def held(
     return [Held._make(row) for row in rows]
 
 
-def host_facts(session: Session) -> dict[int, dict[str, Any]]:
-    """Every host (reservable or not) with ``HOST_FACTS`` and its extra properties."""
+def host_facts(session: Session) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, str]]]:
+    """Every host (reservable or not) with ``HOST_FACTS`` and its extra properties; and, apart,
+    only the extra properties (as text) of the hosts that have some."""
     columns = [getattr(Host, c) for c in HOST_FACTS]
     facts = {
         row[0]: dict(zip(HOST_FACTS, row[1:], strict=True))
         for row in session.execute(select(Host.id, *columns))
     }
+    extras: dict[int, dict[str, str]] = {}
     for host_id, name, value in session.execute(
         select(HostProperty.host_id, HostProperty.name, HostProperty.value)
     ):
         facts[host_id][name] = value
-    return facts
+        extras.setdefault(int(host_id), {})[str(name)] = str(value)
+    return facts, extras
 
 
 def item_properties(session: Session, ids: Iterable[int]) -> dict[int, dict[str, Any]]:

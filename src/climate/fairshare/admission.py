@@ -8,12 +8,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import threading
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -21,36 +19,17 @@ from climate import wire
 from climate.addresses import BUS_PREFIX
 from climate.context import ServiceContext
 from climate.db import audit, outbox
-from climate.db import hosts as host_rows
-from climate.db import usage as usage_rows
-from climate.db.engine import Database
 from climate.db.tables import Lease
 from climate.domain.actor import Actor
 from climate.errors import UsageRuleBroken
 from climate.fairshare import external
-from climate.fairshare.rules import (
-    COUNTED_KINDS,
-    DURATION_KINDS,
-    UNITS,
-    Admission,
-    Decision,
-    Rule,
-    Span,
-    evaluate,
-    reach,
-)
-from climate.planner.query import MATCH_ALL
+from climate.fairshare.consumption import host_facts, needed_types, spans
+from climate.fairshare.rules import Admission, Decision, Rule, Span, evaluate, reach
 from climate.resources.hosts import PhysicalHostType
 
 LOG = logging.getLogger(__name__)
-COUNTED_TYPES = frozenset().union(*UNITS.values())
-HOST_BASED = frozenset({"physical:host", "virtual:instance"})
 CREATE, UPDATE, CONFIRM, QUEUE = "create", "update", "confirm", "queue"
 _TRIAL: ContextVar[bool] = ContextVar("climate_usage_trial", default=False)
-_FACTS: weakref.WeakKeyDictionary[
-    Database, tuple[int, str, dict[int, dict[str, Any]], dict[int, dict[str, float]]]
-] = weakref.WeakKeyDictionary()
-_FACTS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -183,66 +162,6 @@ def _consumption(
     return spans(ctx, session, admission.project_id, admission.user_id, mine, ours, types)
 
 
-def needed_types(rules: Sequence[Rule]) -> frozenset[str]:
-    """The resource types whose allocations the rules look at."""
-    types: set[str] = set()
-    for rule in rules:
-        if rule.kind in DURATION_KINDS and rule.properties is MATCH_ALL:
-            continue
-        holders = UNITS[str(rule.unit)] if rule.kind in COUNTED_KINDS else COUNTED_TYPES
-        types |= holders if rule.resource_type is None else holders & {rule.resource_type}
-    return frozenset(types)
-
-
-def spans(
-    ctx: ServiceContext,
-    session: Session,
-    project_id: str,
-    user_id: str,
-    mine: tuple[float, float],
-    ours: tuple[float, float] | None,
-    types: frozenset[str],
-) -> tuple[list[Span], list[Span] | None]:
-    """What ``user_id`` holds of ``types`` in ``project_id`` over ``mine`` and, unless None,
-    what the whole project holds over ``ours``, with each resource's properties and amounts."""
-
-    def moment(seconds: float) -> dt.datetime:
-        return dt.datetime.fromtimestamp(seconds, dt.UTC)
-
-    rows = usage_rows.held(
-        session,
-        project_id,
-        user_id,
-        (moment(mine[0]), moment(mine[1])),
-        None if ours is None else (moment(ours[0]), moment(ours[1])),
-        types,
-    )
-    hosts, amounts_of = host_facts(ctx, session) if types & HOST_BASED else ({}, {})
-    items = usage_rows.item_properties(
-        session, (h.what for h in rows if h.resource_type == "virtual:floatingip")
-    )
-    pools = usage_rows.pool_properties(
-        session, (h.what for h in rows if h.resource_type == "virtual:volume")
-    )
-    users: list[Span] = []
-    project: list[Span] | None = None if ours is None else []
-    for h in rows:
-        if h.resource_type == "physical:host":
-            props, amounts = hosts.get(h.what, {}), amounts_of.get(h.what, {})
-        elif h.resource_type == "virtual:instance":
-            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.amount)}
-        elif h.resource_type == "virtual:floatingip":
-            props, amounts = items[h.what], {"ips": 1.0}
-        else:
-            props, amounts = pools[h.what], {"gb": float(h.amount)}
-        found = Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end)
-        if h.mine:
-            users.append(found)
-        elif project is not None:
-            project.append(found)
-    return users, project
-
-
 @dataclass(frozen=True)
 class Planned:
     """A reservation a lease would have, before it is admitted: its type and validated
@@ -348,48 +267,6 @@ def _common(props: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return {}
     first = dict(props[0])
     return {k: v for k, v in first.items() if all(p.get(k) == v for p in props[1:])}
-
-
-def _host_amounts(props: Mapping[str, Any], gpu: str) -> dict[str, float]:
-    return {"hosts": 1.0, "vcpus": float(props.get("vcpus") or 0), "gpus": gpus(props, gpu)}
-
-
-def gpus(properties: Mapping[str, Any], name: str) -> float:
-    """A host's GPUs: its property ``name`` as a whole number; none without it (or when it is
-    not a whole number, which is logged)."""
-    value = properties.get(name)
-    if value is None:
-        return 0.0
-    try:
-        count = int(str(value))
-    except ValueError:
-        LOG.warning("host property %s=%r is not a whole number: counted as 0 GPUs", name, value)
-        return 0.0
-    return float(max(count, 0))
-
-
-def host_facts(
-    ctx: ServiceContext, session: Session
-) -> tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]]:
-    """Every host's properties and what it counts as (hosts, vCPUs, GPUs), kept per database
-    until the inventory version moves (read once per transaction)."""
-    known = session.info.get("usage_host_facts")
-    if known is not None:
-        return cast(
-            tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]], known
-        )
-    version = host_rows.inventory_version(session)
-    gpu = ctx.settings.usage_gpu_property
-    with _FACTS_LOCK:
-        cached = _FACTS.get(ctx.db)
-    if cached is None or cached[:2] != (version, gpu):
-        facts = usage_rows.host_facts(session)
-        amounts = {h: _host_amounts(props, gpu) for h, props in facts.items()}
-        cached = (version, gpu, facts, amounts)
-        with _FACTS_LOCK:
-            _FACTS[ctx.db] = cached
-    session.info["usage_host_facts"] = cached[2:]
-    return cached[2], cached[3]
 
 
 def refusal(broken: Sequence[Decision]) -> UsageRuleBroken:

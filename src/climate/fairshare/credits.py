@@ -25,7 +25,7 @@ from climate.db import credits as credit_rows
 from climate.db.tables import Lease
 from climate.domain.actor import Actor
 from climate.errors import NotEnoughCredits
-from climate.fairshare import admission
+from climate.fairshare import admission, consumption
 from climate.pricing import PriceTable, Use
 from climate.resources.items import KINDS
 
@@ -69,8 +69,9 @@ def quote(
     ids: dict[str, set[int]] = defaultdict(set)
     for h in held:
         ids[h.table].add(h.resource)
+    # Hosts' properties from the per-database copy the usage rules keep too: no query.
     props = {
-        table: credit_rows.host_properties(session, found)
+        table: consumption.host_properties(ctx, session)
         if table in ("host", "instance")
         else billing.properties(session, table, found)
         for table, found in ids.items()

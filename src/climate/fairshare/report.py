@@ -8,7 +8,7 @@ from climate.context import ServiceContext
 from climate.domain.actor import Actor
 from climate.errors import Forbidden
 from climate.fairshare import external
-from climate.fairshare.admission import needed_types, spans
+from climate.fairshare.consumption import needed_types, spans
 from climate.fairshare.rules import DAY, Kind, Rule, Span, held_over, peak
 
 LOOKAHEAD = 30 * DAY

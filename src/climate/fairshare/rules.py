@@ -6,7 +6,6 @@ Times are seconds since the epoch (floats), amounts are per unit (``UNITS``).
 
 from __future__ import annotations
 
-import bisect
 import enum
 import json
 import math
@@ -573,9 +572,15 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
         rates.append(rate)
         previous = p
 
-    def held_until(x: float) -> float:
-        k = bisect.bisect_right(points, x) - 1
-        return 0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])
+    def held_until(xs: Sequence[float]) -> list[float]:
+        # ``xs`` ascending: one walk along the points (the last at or before each x).
+        found: list[float] = []
+        k, last = -1, len(points) - 1
+        for x in xs:
+            while k < last and points[k + 1] <= x:
+                k += 1
+            found.append(0.0 if k < 0 else totals[k] + rates[k] * (x - points[k]))
+        return found
 
     low, high = start - window, end
     candidates = {low, high}
@@ -583,7 +588,9 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
         for t in (p, p - window):
             if low <= t <= high:
                 candidates.add(t)
-    return max(held_until(t + window) - held_until(t) for t in candidates)
+    ordered = sorted(candidates)
+    begins, ends = held_until(ordered), held_until([t + window for t in ordered])
+    return max(e - b for b, e in zip(begins, ends, strict=True))
 
 
 def chain(spans: Sequence[Span], lease_id: str, gap: float) -> int:

@@ -1,0 +1,150 @@
+"""What the usage rules count, read for an admission: the allocations of a lease's owner and
+project over the time the rules look at (one indexed statement, ``db/usage.py``), each with
+its resource's properties and amounts; and every host's facts, kept per database until the
+inventory version moves (docs/fair-share.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from climate.context import ServiceContext
+from climate.db import hosts as host_rows
+from climate.db import usage as usage_rows
+from climate.db.engine import Database
+from climate.fairshare.rules import COUNTED_KINDS, DURATION_KINDS, UNITS, Rule, Span
+from climate.planner.query import MATCH_ALL
+
+LOG = logging.getLogger(__name__)
+COUNTED_TYPES = frozenset().union(*UNITS.values())
+HOST_BASED = frozenset({"physical:host", "virtual:instance"})
+_KNOWN = "usage_host_facts"
+_FACTS: weakref.WeakKeyDictionary[Database, _Facts] = weakref.WeakKeyDictionary()
+_FACTS_LOCK = threading.Lock()
+
+
+def needed_types(rules: Sequence[Rule]) -> frozenset[str]:
+    """The resource types whose allocations the rules look at."""
+    types: set[str] = set()
+    for rule in rules:
+        if rule.kind in DURATION_KINDS and rule.properties is MATCH_ALL:
+            continue
+        holders = UNITS[str(rule.unit)] if rule.kind in COUNTED_KINDS else COUNTED_TYPES
+        types |= holders if rule.resource_type is None else holders & {rule.resource_type}
+    return frozenset(types)
+
+
+def spans(
+    ctx: ServiceContext,
+    session: Session,
+    project_id: str,
+    user_id: str,
+    mine: tuple[float, float],
+    ours: tuple[float, float] | None,
+    types: frozenset[str],
+) -> tuple[list[Span], list[Span] | None]:
+    """What ``user_id`` holds of ``types`` in ``project_id`` over ``mine`` and, unless None,
+    what the whole project holds over ``ours``, with each resource's properties and amounts."""
+
+    def moment(seconds: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+    rows = usage_rows.held(
+        session,
+        project_id,
+        user_id,
+        (moment(mine[0]), moment(mine[1])),
+        None if ours is None else (moment(ours[0]), moment(ours[1])),
+        types,
+    )
+    hosts, amounts_of = host_facts(ctx, session) if types & HOST_BASED else ({}, {})
+    items = usage_rows.item_properties(
+        session, (h.what for h in rows if h.resource_type == "virtual:floatingip")
+    )
+    pools = usage_rows.pool_properties(
+        session, (h.what for h in rows if h.resource_type == "virtual:volume")
+    )
+    users: list[Span] = []
+    project: list[Span] | None = None if ours is None else []
+    for h in rows:
+        if h.resource_type == "physical:host":
+            props, amounts = hosts.get(h.what, {}), amounts_of.get(h.what, {})
+        elif h.resource_type == "virtual:instance":
+            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.amount)}
+        elif h.resource_type == "virtual:floatingip":
+            props, amounts = items[h.what], {"ips": 1.0}
+        else:
+            props, amounts = pools[h.what], {"gb": float(h.amount)}
+        found = Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end)
+        if h.mine:
+            users.append(found)
+        elif project is not None:
+            project.append(found)
+    return users, project
+
+
+def _host_amounts(props: Mapping[str, Any], gpu: str) -> dict[str, float]:
+    return {"hosts": 1.0, "vcpus": float(props.get("vcpus") or 0), "gpus": gpus(props, gpu)}
+
+
+def gpus(properties: Mapping[str, Any], name: str) -> float:
+    """A host's GPUs: its property ``name`` as a whole number; none without it (or when it is
+    not a whole number, which is logged)."""
+    value = properties.get(name)
+    if value is None:
+        return 0.0
+    try:
+        count = int(str(value))
+    except ValueError:
+        LOG.warning("host property %s=%r is not a whole number: counted as 0 GPUs", name, value)
+        return 0.0
+    return float(max(count, 0))
+
+
+def host_facts(
+    ctx: ServiceContext, session: Session
+) -> tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]]:
+    """Every host's properties and what it counts as (hosts, vCPUs, GPUs), kept per database
+    until the inventory version moves (read once per transaction)."""
+    facts = _facts(ctx, session)
+    return facts.properties, facts.amounts
+
+
+def host_properties(ctx: ServiceContext, session: Session) -> Mapping[int, Mapping[str, str]]:
+    """Every host's extra properties (those it has: no columns), as text, kept like
+    ``host_facts`` (credits price a lease's hosts by them)."""
+    return _facts(ctx, session).extras
+
+
+@dataclass(frozen=True)
+class _Facts:
+    version: int
+    gpu: str
+    properties: Mapping[int, Mapping[str, Any]]
+    amounts: Mapping[int, Mapping[str, float]]
+    extras: Mapping[int, Mapping[str, str]]
+
+
+def _facts(ctx: ServiceContext, session: Session) -> _Facts:
+    known = session.info.get(_KNOWN)
+    if isinstance(known, _Facts):
+        return known
+    version = host_rows.inventory_version(session)
+    gpu = ctx.settings.usage_gpu_property
+    with _FACTS_LOCK:
+        cached = _FACTS.get(ctx.db)
+    if cached is None or (cached.version, cached.gpu) != (version, gpu):
+        properties, extras = usage_rows.host_facts(session)
+        amounts = {h: _host_amounts(props, gpu) for h, props in properties.items()}
+        cached = _Facts(version, gpu, properties, amounts, extras)
+        with _FACTS_LOCK:
+            _FACTS[ctx.db] = cached
+    session.info[_KNOWN] = cached
+    return cached

@@ -1,7 +1,10 @@
 // Climate's dashboard: plain ES module, no build step. Every text from the server is put into
 // the page with textContent (never innerHTML), so names holding HTML or script stay text.
 import { DataSet, Timeline } from "./vendor/vis-timeline-graph2d.esm.min.js";
-import * as echarts from "./vendor/echarts.esm.min.js";
+// ECharts (1.1 MB) is fetched and compiled only when the capacity chart is first drawn, after
+// the timeline: the first view does not wait for it.
+let echartsModule = null;
+const loadECharts = () => (echartsModule ??= import("./vendor/echarts.esm.min.js"));
 
 const API = new URL("../", document.baseURI).href.replace(/\/$/, "");
 const TOKEN_KEY = "climate-token";
@@ -425,7 +428,10 @@ async function drawCapacity(window) {
       data: capacity.buckets.map((b, i) => [at[i], b.partly_busy]),
     });
   }
-  if (!tl.chart) tl.chart = echarts.init($("capacity"), null, { renderer: "canvas" });
+  if (!tl.chart) {
+    const echarts = await loadECharts();
+    tl.chart ??= echarts.init($("capacity"), null, { renderer: "canvas" });
+  }
   tl.chart.setOption(
     {
       animation: false,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.openstack import admin_connection
 
 from climate.db import outbox
 from climate.db.engine import Database
@@ -69,6 +70,21 @@ def broker_stopped(env: dict[str, str]) -> Iterator[None]:
         while not _listening(port):
             assert time.monotonic() < deadline, "the rig's RabbitMQ did not listen again"
             time.sleep(0.2)
+        _computes_up(env)
+
+
+def _computes_up(env: dict[str, str]) -> None:
+    """Wait until every nova-compute reports up again: one whose status report timed out while
+    the broker was away reads down (Nova's ComputeFilter then refuses it) until its next report
+    gets through, and the tests after this one boot servers."""
+    cloud = admin_connection(env)
+    deadline = time.monotonic() + 180
+    while True:
+        states = {s.host: s.state for s in cloud.compute.services() if s.binary == "nova-compute"}
+        if states and all(state == "up" for state in states.values()):
+            return
+        assert time.monotonic() < deadline, f"nova-compute services not up again: {states}"
+        time.sleep(1)
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
         action.add_argument("project_id", nargs="?", metavar="PROJECT", help="default: --project")
         add_client_options(action)
         action.set_defaults(func=credits_command)
-    grant.add_argument("project_id", metavar="PROJECT")
+    grant.add_argument("project_id", metavar="PROJECT", help="the project to credit")
     grant.add_argument("amount", help="to the cent, e.g. 100.00 or -5")
     grant.add_argument("--note", help="why (kept in the ledger)")
     add_client_options(grant)

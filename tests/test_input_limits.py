@@ -196,6 +196,12 @@ TARGETS = (
     Target("PUT", "/v1/leases/{lease_id}", "reminders[0]", _body(lambda v: {"reminders": [v]})),
     Target(
         "POST",
+        "/v1/projects/{project_id}/credits",
+        "amount",
+        _body(lambda v: {"amount": v}),
+    ),
+    Target(
+        "POST",
         "/v1/leases/from-template",
         "priority",
         _body(
@@ -312,6 +318,7 @@ def server(
             "pool_id": str(pool.json()["volume_pool"]["id"]),
             "lease_id": lease.json()["lease"]["id"],
             "reservation": lease.json()["lease"]["reservations"][0]["id"],
+            "project_id": "some-project",
         }
         yield live, ids
 

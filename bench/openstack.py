@@ -65,6 +65,7 @@ def admin_connection(env: dict[str, str]) -> Any:
         region_name="RegionOne",
         load_yaml_config=False,
         load_envvars=False,
+        connect_retries=3,  # a keep-alive connection the service dropped as a request went out
     )
 
 

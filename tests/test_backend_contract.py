@@ -100,7 +100,7 @@ def instance_handover(**changes: object) -> Handover:
 
 
 def ok(result: object) -> None:
-    assert isinstance(result, Done), result
+    assert isinstance(result, Done), f"{result!r}: {result}"
 
 
 def test_one_result_per_action_in_order(backend: Backend) -> None:

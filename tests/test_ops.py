@@ -244,13 +244,7 @@ def test_metrics_sum_over_two_api_processes_and_json_logs(sqlite_url: str, tmp_p
         while len(list(metrics_dir.glob("histogram_*.db"))) < 3 or not _answers(url):
             assert api.proc.poll() is None and time.monotonic() < deadline, "workers not up"
             time.sleep(0.2)
-        before = _value(
-            _samples(url),
-            "climate_http_requests_total",
-            route="/v1/leases",
-            method="GET",
-            status="200",
-        )
+        before = _leases_got(url)
         made = 0
         # Each request on a new connection, in bursts: the kernel hands them to either worker.
         # Go on until both have answered some (each keeps its counters in a file of its own).
@@ -261,15 +255,15 @@ def test_metrics_sum_over_two_api_processes_and_json_logs(sqlite_url: str, tmp_p
                 )
                 assert codes == [200] * 64
                 made += 64
+        # A worker counts a request just after its answer is sent: wait for the last counts.
+        deadline = time.monotonic() + 10
+        while (total := _leases_got(url)) - before < made and time.monotonic() < deadline:
+            time.sleep(0.05)
         served = _served_by(metrics_dir)
         assert len(served) == 2, served
-        after = _samples(url)
     finally:
         logs = api.stop()
     assert "Traceback" not in logs, logs
-    total = _value(
-        after, "climate_http_requests_total", route="/v1/leases", method="GET", status="200"
-    )
     assert total - before == made
     assert sum(served.values()) == total
     # Both workers log JSON lines, the access log among them.
@@ -285,6 +279,13 @@ def _answers(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _leases_got(url: str) -> float:
+    """GET /v1/leases answered 200, summed over the processes by /metrics."""
+    return _value(
+        _samples(url), "climate_http_requests_total", route="/v1/leases", method="GET", status="200"
+    )
 
 
 def _served_by(metrics_dir: Path) -> dict[str, float]:

@@ -111,6 +111,7 @@ def members(cloud: Any, openstack_env: dict[str, str]) -> Iterator[Callable[[], 
             },
             region_name="RegionOne",
             load_yaml_config=False,
+            connect_retries=3,
         )
         actor = Actor(user.id, project.id, frozenset({"member"}))
         return Member(actor, conn, user.name, "secret", project.name)

@@ -83,6 +83,7 @@ POWER_REASON = "climate power policy"
 """The start of the ``disabled_reason`` of a compute service the power policy disabled: the host
 monitor takes such a host as asleep, not failed."""
 PLACEMENT_MICROVERSION = "1.29"
+CONNECT_RETRIES = 3
 SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
 STOPPED = frozenset({"SHUTOFF"})
 
@@ -99,7 +100,8 @@ def connect(
     clouds.yaml or variables read by the SDK: it would otherwise mix them with ours), or with
     ``auth`` in place of its options (a trust's scope). Each HTTP request gives up after
     ``timeout`` seconds: a hung Nova must not hold the host monitor, nor pile up abandoned
-    backend threads."""
+    backend threads. A request whose connection the service closed before answering (an idle
+    keep-alive connection it dropped as the request went out) is sent again, a few times."""
     import openstack
 
     credentials = config.credentials
@@ -111,6 +113,7 @@ def connect(
         load_yaml_config=False,
         load_envvars=False,
         api_timeout=timeout,
+        connect_retries=CONNECT_RETRIES,
     )
 
 
@@ -353,11 +356,13 @@ class OpenStackBackend(Backend):
                 return aggregate
         if not create:
             return None
-        from openstack.exceptions import ConflictException
+        from openstack.exceptions import HttpException
 
         try:
             return self.conn.compute.create_aggregate(name=name, availability_zone=az)
-        except ConflictException:  # made meanwhile by a reservation started beside this one
+        except HttpException:
+            # Made meanwhile by a reservation started beside this one: a 409, or a 500 when
+            # both got past Nova's check for the name before either inserted it.
             made = self._aggregate(name)
             if made is None:
                 raise
@@ -498,7 +503,7 @@ class OpenStackBackend(Backend):
         per_host = _slots(h)
         self._move_in(aggregate, sorted(per_host), leave_freepool=False)
         rc = resource_class(rid)
-        self._placement_put(f"/resource_classes/{rc}", None)
+        self._make_resource_class(rc)
         for host, count in per_host.items():
             self._set_inventory(host, rc, count)
         return {} if group_id is None else {rid: {"server_group_id": group_id}}
@@ -773,6 +778,18 @@ class OpenStackBackend(Backend):
             raise RuntimeError(f"Placement did not make provider blazar_{host}")
         return made
 
+    def _make_resource_class(self, rc: str) -> None:
+        """Custom resource class ``rc``, made if missing and then seen. Placement on MySQL may
+        answer 204 ("exists") to a PUT that lost a race for the next class id to another one's:
+        it reads the primary key's duplicate entry as the name's, and makes nothing."""
+        for attempt in range(CONFLICT_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, 0.05 * attempt))
+            self._placement_put(f"/resource_classes/{rc}", None)
+            if self._rc_exists(rc):
+                return
+        raise RuntimeError(f"Placement did not make resource class {rc}")
+
     def _set_inventory(self, host: str, rc: str, total: int) -> None:
         for attempt in range(CONFLICT_ATTEMPTS):
             # A concurrent writer (another reservation's start, nova-compute) bumped the
@@ -800,6 +817,7 @@ class OpenStackBackend(Backend):
                     f"{base}/{rc}", json=body, microversion=PLACEMENT_MICROVERSION, raise_exc=False
                 )
             if response.status_code == 400 and "No such resource class" in response.text:
+                self._make_resource_class(rc)
                 continue
             if response.status_code != 409:
                 break

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 PASSWORD = frozenset({"password", "v3password"})
 APPLICATION_CREDENTIAL = frozenset({"applicationcredential", "v3applicationcredential"})
+CONNECT_RETRIES = 3
+"""Sends again of a request whose connection failed: an API server drops an idle keep-alive
+connection as the next request goes out on it (gunicorn after 2 s), which is no outage."""
 _PASSWORD_KEYS: tuple[str, ...] = (
     "auth_url",
     "username",
@@ -152,7 +155,7 @@ def log_in(credentials: ServiceCredentials, timeout: float) -> None:
     auth = loader.load_from_options(**credentials.auth)
     url = credentials.auth["auth_url"]
     try:
-        session.Session(auth=auth, timeout=timeout).get_token()
+        session.Session(auth=auth, timeout=timeout, connect_retries=CONNECT_RETRIES).get_token()
     except (ksa_exceptions.ConnectFailure, ksa_exceptions.DiscoveryFailure) as exc:
         raise InvalidInput(_name("auth_url"), f"cannot reach Keystone at {url}: {exc}") from None
     except ksa_exceptions.Unauthorized:
@@ -205,7 +208,9 @@ class Trusts:
                 self.credentials.auth_type
             )
             auth = loader.load_from_options(**self.credentials.auth)
-            self._service = session.Session(auth=auth, timeout=self.timeout)
+            self._service = session.Session(
+                auth=auth, timeout=self.timeout, connect_retries=CONNECT_RETRIES
+            )
         return self._service
 
     def create(self, token: str, user_id: str, project_id: str, roles: Iterable[str]) -> str:
@@ -222,6 +227,7 @@ class Trusts:
                 auth_url=self.credentials.auth["auth_url"], token=token, project_id=project_id
             ),
             timeout=self.timeout,
+            connect_retries=CONNECT_RETRIES,
         )
         body = {
             "trust": {

@@ -68,7 +68,7 @@ from climate.backends.openstack.servers import (
 from climate.config import Settings
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput
-from climate.keystone import log_in, trust_scoped
+from climate.keystone import CONNECT_RETRIES, log_in, trust_scoped
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,7 +83,6 @@ POWER_REASON = "climate power policy"
 """The start of the ``disabled_reason`` of a compute service the power policy disabled: the host
 monitor takes such a host as asleep, not failed."""
 PLACEMENT_MICROVERSION = "1.29"
-CONNECT_RETRIES = 3
 SHELVED = frozenset({"SHELVED", "SHELVED_OFFLOADED"})
 STOPPED = frozenset({"SHUTOFF"})
 
@@ -100,8 +99,7 @@ def connect(
     clouds.yaml or variables read by the SDK: it would otherwise mix them with ours), or with
     ``auth`` in place of its options (a trust's scope). Each HTTP request gives up after
     ``timeout`` seconds: a hung Nova must not hold the host monitor, nor pile up abandoned
-    backend threads. A request whose connection the service closed before answering (an idle
-    keep-alive connection it dropped as the request went out) is sent again, a few times."""
+    backend threads, and is sent again on a failed connection (``CONNECT_RETRIES``)."""
     import openstack
 
     credentials = config.credentials

@@ -31,7 +31,7 @@ import httpx
 from bench.server import climate_server
 from bench.stats import table
 from bench.targets import Target
-from climate.backends.openstack import resource_class
+from climate.backends.openstack.placement import resource_class
 
 HOSTS = ("compute1", "compute2", "compute3")
 INSTANCES = 20

@@ -36,7 +36,7 @@ from climate.backends.base import (
     Withdraw,
 )
 from climate.backends.faulty import FaultyBackend
-from climate.backends.openstack import resource_class
+from climate.backends.openstack.placement import resource_class
 from climate.backends.standalone import StandaloneBackend
 from climate.domain.status import EndPolicy, StartPolicy
 from tests.openstack.conftest import aggregate, empty_freepool, rig_settings
@@ -205,12 +205,12 @@ def test_replace_moves_an_instance_reservations_slots(backend: Backend) -> None:
         conn = backend.conn  # type: ignore[attr-defined]
         rc = resource_class(h.reservation_id)
         assert aggregate(conn, h.reservation_id).hosts == ["compute1"]
-        assert backend._total("compute1", rc) == 2  # type: ignore[attr-defined]
-        assert backend._total("compute2", rc) == 0  # type: ignore[attr-defined]
+        assert backend.placement.total("compute1", rc) == 2  # type: ignore[attr-defined]
+        assert backend.placement.total("compute2", rc) == 0  # type: ignore[attr-defined]
     ok(backend.handle([End((replace(moved, resource_ids=("2:0", "2:1", "1:0", "1:1")),))])[0])
     if backend.name == "openstack":
         assert aggregate(conn, h.reservation_id) is None
-        assert not backend._rc_exists(rc)  # type: ignore[attr-defined]
+        assert not backend.placement.rc_exists(rc)  # type: ignore[attr-defined]
 
 
 def test_a_start_of_many_reservations_makes_each_and_the_end_takes_each_back(
@@ -224,7 +224,7 @@ def test_a_start_of_many_reservations_makes_each_and_the_end_takes_each_back(
         conn = backend.conn  # type: ignore[attr-defined]
         for h in many:
             assert conn.compute.find_flavor(h.reservation_id, ignore_missing=True) is not None
-            total = backend._total("compute2", resource_class(h.reservation_id))  # type: ignore[attr-defined]
+            total = backend.placement.total("compute2", resource_class(h.reservation_id))  # type: ignore[attr-defined]
             assert total == 1
     ok(backend.handle([End(many)])[0])
     if backend.name == "openstack":

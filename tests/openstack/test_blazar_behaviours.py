@@ -16,7 +16,7 @@ import openstack
 import pytest
 
 from climate.backends.base import Timeboxed
-from climate.backends.openstack import resource_class
+from climate.backends.openstack.placement import resource_class
 from climate.db.engine import Database
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock

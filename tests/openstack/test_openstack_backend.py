@@ -16,7 +16,8 @@ import openstack
 import pytest
 
 from climate.backends.base import Timeboxed
-from climate.backends.openstack import OpenStackBackend, resource_class
+from climate.backends.openstack import OpenStackBackend
+from climate.backends.openstack.placement import resource_class
 from climate.config import load_settings
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from climate.backends.base import Done, PowerOff, PowerOn
-from climate.backends.openstack import POWER_REASON
+from climate.backends.openstack.compute_services import POWER_REASON
 from tests.openstack.test_nova_healing import SERVICES, compute_service
 
 

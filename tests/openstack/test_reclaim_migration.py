@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from climate.backends.base import Timeboxed
-from climate.backends.openstack import resource_class
+from climate.backends.openstack.placement import resource_class
 from climate.db.engine import Database
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseType

@@ -4,11 +4,13 @@ clouds.yaml, the same ones ``auth = "keystone"`` uses) and Blazar's names on the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from climate.config import Settings
 from climate.errors import InvalidInput
-from climate.keystone import ServiceCredentials, service_credentials
+from climate.keystone import CONNECT_RETRIES, ServiceCredentials, service_credentials
 
 
 @dataclass(frozen=True)
@@ -41,3 +43,26 @@ class CloudConfig:
             nova_notification_topic=settings.nova_notification_topic,
             concurrency=settings.openstack_concurrency,
         )
+
+
+def connect(
+    config: CloudConfig, timeout: float | None = None, auth: Mapping[str, str] | None = None
+) -> Any:
+    """An openstacksdk connection as the service user (credentials as one ``auth`` dict and no
+    clouds.yaml or variables read by the SDK: it would otherwise mix them with ours), or with
+    ``auth`` in place of its options (a trust's scope). Each HTTP request gives up after
+    ``timeout`` seconds: a hung Nova must not hold the host monitor, nor pile up abandoned
+    backend threads, and is sent again on a failed connection (``CONNECT_RETRIES``)."""
+    import openstack
+
+    credentials = config.credentials
+    return openstack.connect(
+        auth_type=credentials.auth_type,
+        auth=dict(credentials.auth if auth is None else auth),
+        region_name=credentials.region_name or None,
+        interface=credentials.interface or "public",
+        load_yaml_config=False,
+        load_envvars=False,
+        api_timeout=timeout,
+        connect_retries=CONNECT_RETRIES,
+    )

@@ -4,6 +4,7 @@ flavor, the servers on a host reservation's hosts; and whether any of them is in
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,3 +60,55 @@ def inspect_usage(conn: Any, handovers: Sequence[Handover]) -> Usage:
         else:
             in_use[rid] = None
     return Usage(in_use)
+
+
+def servers_of(conn: Any, h: Handover) -> list[Any]:
+    """The servers running on the reservation's capacity: on its hosts (host reservation) or of
+    its flavor (instance reservation)."""
+    every = conn.compute.servers(all_projects=True)
+    if h.resource_type == INSTANCES:
+        return [s for s in every if flavor_id(s) == h.reservation_id]
+    hosts = set(h.hosts.values())
+    return [s for s in every if s.compute_host in hosts]
+
+
+def kept(conn: Any, h: Handover) -> list[Any]:
+    """What a keep-until-ack end kept: the project's stopped servers on the capacity."""
+    if h.resource_type == INSTANCES:
+        return servers_of(conn, h)
+    return [s for s in servers_of(conn, h) if s.project_id == h.project_id]
+
+
+def delete_servers(conn: Any, servers: Sequence[Any], seconds: float) -> None:
+    """Each server deleted, and gone from the API within ``seconds``."""
+    for server in servers:
+        conn.compute.delete_server(server, ignore_missing=True)
+    deadline = time.monotonic() + seconds
+    for server in servers:
+        while exists(conn, server.id):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server {server.id} was not deleted in time")
+            time.sleep(0.2)
+
+
+def wait_for(conn: Any, servers: Sequence[Any], statuses: frozenset[str], seconds: float) -> None:
+    """Until each server shows one of ``statuses`` (Nova's stop and shelve return before they
+    are done; the hosts must not go back to the freepool before)."""
+    deadline = time.monotonic() + seconds
+    for server in servers:
+        while (status := conn.compute.get_server(server.id).status) not in statuses:
+            if status == "ERROR" or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"server {server.id} is {status}, not {'/'.join(sorted(statuses))}"
+                )
+            time.sleep(0.2)
+
+
+def exists(conn: Any, server_id: str) -> bool:
+    from openstack.exceptions import NotFoundException
+
+    try:
+        conn.compute.get_server(server_id)
+    except NotFoundException:
+        return False
+    return True

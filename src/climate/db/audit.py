@@ -1,7 +1,9 @@
 """The audit log: one row per change, written in the transaction of the change.
 
-Each row is also logged as one JSON line on the ``climate.audit`` logger once its transaction
-commits (a rolled-back change leaves neither a row nor a line).
+A transaction's rows are written together, in one statement, as it commits (an admission
+records a few: the lease, the usage rules' verdict, its credits); reads of the log in that
+transaction see them. Each row is also logged as one JSON line on the ``climate.audit`` logger
+once its transaction commits (a rolled-back change leaves neither a row nor a line).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, literal, select
+from sqlalchemy import Table, event, insert, literal, select
 from sqlalchemy.orm import Session
 
 from climate.db.leases import string_rows
@@ -24,6 +26,7 @@ LOG = logging.getLogger("climate.audit")
 AUDIT = cast(Table, AuditLog.__table__)
 Detail = Mapping[str, object]
 _ADD = insert(AUDIT)
+_PENDING = "audit_pending"
 
 
 def record(
@@ -47,8 +50,24 @@ def record(
         "target_id": target_id,
         "detail": _encode(detail),
     }
-    session.execute(_ADD, [row])
+    pending: list[dict[str, Any]] | None = session.info.get(_PENDING)
+    if pending is None:
+        pending = session.info[_PENDING] = []
+    pending.append(row)
     _log_on_commit(session, [row])
+
+
+@event.listens_for(Session, "before_commit")
+def write_pending(session: Session) -> None:
+    """The rows ``record`` kept for this transaction, in one INSERT (in the order recorded)."""
+    rows = session.info.pop(_PENDING, None)
+    if rows:
+        session.execute(_ADD, rows)
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_pending(session: Session) -> None:
+    session.info.pop(_PENDING, None)
 
 
 def record_many(
@@ -63,6 +82,7 @@ def record_many(
     """The same change to many targets (``items``: target id and detail), in one INSERT."""
     if not items:
         return
+    write_pending(session)  # the rows recorded before these come before them
     encoded = [(target_id, _json(detail)) for target_id, detail in items]
     target_id, detail = string_rows(session, encoded, 2)
     source = select(
@@ -106,6 +126,7 @@ def find(
     limit: int | None = None,
 ) -> Sequence[AuditLog]:
     """Rows matching every filter given, oldest first (by id: the order they were written)."""
+    write_pending(session)
     query = select(AuditLog).order_by(AuditLog.id)
     if target_type is not None:
         query = query.where(AuditLog.target_type == target_type)
@@ -121,6 +142,7 @@ def find(
 
 
 def exists(session: Session, audit_id: int) -> bool:
+    write_pending(session)
     return session.get(AuditLog, audit_id) is not None
 
 

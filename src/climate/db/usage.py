@@ -14,6 +14,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
+from climate.db import raw
 from climate.db.tables import (
     Host,
     HostAllocation,
@@ -141,8 +142,9 @@ def held(
     bounds = {"project": project_id, "user": user_id, "low": mine[0], "high": mine[1]}
     if ours is not None:
         bounds |= {"project_low": ours[0], "project_high": ours[1]}
-    rows = session.connection().execute(_statement(kinds, ours is not None), bounds)
-    return [Held._make(row) for row in rows]
+    return [
+        Held._make(row) for row in raw.rows(session, _statement(kinds, ours is not None), bounds)
+    ]
 
 
 def host_facts(session: Session) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, str]]]:

@@ -60,12 +60,20 @@ _TABLES = {"physical:host": "host", "virtual:instance": "instance", "virtual:vol
 
 
 def quote(
-    ctx: ServiceContext, session: Session, lease: Lease, until: dt.datetime | None = None
+    ctx: ServiceContext,
+    session: Session,
+    lease: Lease,
+    until: dt.datetime | None = None,
+    *,
+    booked: bool = False,
 ) -> Decimal:
     """What ``lease``'s allocations cost as this transaction sees them, each cut at ``until``
-    (None: whole)."""
-    tables = {_TABLES.get(r.resource_type, "items") for r in lease.reservations}
-    held = list(credit_rows.holdings(session, lease.id, tables))
+    (None: whole). ``booked``: this transaction has just booked every reservation of the lease
+    (each one's allocations are on it, as the admission wrote them): they are not read again."""
+    held = _booked(ctx, lease) if booked else None
+    if held is None:
+        tables = {_TABLES.get(r.resource_type, "items") for r in lease.reservations}
+        held = list(credit_rows.holdings(session, lease.id, tables))
     ids: dict[str, set[int]] = defaultdict(set)
     for h in held:
         ids[h.table].add(h.resource)
@@ -79,6 +87,43 @@ def quote(
     return pricing.quote(
         price_table(ctx), ctx.settings.credits_factor_property, _uses(held, props, until)
     )
+
+
+def _booked(ctx: ServiceContext, lease: Lease) -> list[credit_rows.Holding] | None:
+    """The lease's allocations as its reservations carry them; None when one does not carry
+    them (not booked by this transaction)."""
+    held: list[credit_rows.Holding] = []
+    for r in lease.reservations:
+        table = _TABLES.get(r.resource_type)
+        loaded = r.__dict__
+        if table == "host" and "allocations" in loaded:
+            held += [
+                credit_rows.Holding(table, a.host_id, (1,), a.start_date, a.end_date)
+                for a in r.allocations
+            ]
+        elif table == "instance" and "instance_allocations" in loaded:
+            held += [
+                credit_rows.Holding(
+                    table, a.host_id, (a.vcpus, a.memory_mb), a.start_date, a.end_date
+                )
+                for a in r.instance_allocations
+            ]
+        elif table == "volume" and "volume_allocations" in loaded:
+            held += [
+                credit_rows.Holding(table, a.pool_id, (a.size_gb,), a.start_date, a.end_date)
+                for a in r.volume_allocations
+            ]
+        elif table is None and "item_allocations" in loaded:
+            kind = getattr(ctx.resource_types.get(r.resource_type), "kind", None)
+            if kind is None:
+                return None
+            held += [
+                credit_rows.Holding(kind.kind, a.item_id, (1,), a.start_date, a.end_date)
+                for a in r.item_allocations
+            ]
+        else:
+            return None
+    return held
 
 
 def _uses(
@@ -117,10 +162,11 @@ def encumber(
     """
     if not ctx.settings.credits:
         return
-    price = quote(ctx, session, lease)
-    _QUOTES[lease] = price
-    # A lease created or admitted from the queue now has encumbered nothing before.
+    # A lease created or admitted from the queue now has encumbered nothing before, and this
+    # transaction booked each of its reservations.
     fresh = step in (admission.CREATE, admission.QUEUE)
+    price = quote(ctx, session, lease, booked=fresh)
+    _QUOTES[lease] = price
     held = 0 if fresh else credit_rows.encumbered(session, lease.id) or 0
     delta = pricing.cents(price) - held
     if delta == 0:

@@ -62,7 +62,7 @@ def write_pending(session: Session) -> None:
     """The rows ``record`` kept for this transaction, in one INSERT (in the order recorded)."""
     rows = session.info.pop(_PENDING, None)
     if rows:
-        session.execute(_ADD, rows)
+        session.connection().execute(_ADD, rows)
 
 
 @event.listens_for(Session, "after_rollback")

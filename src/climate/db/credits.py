@@ -82,7 +82,7 @@ def open_account(session: Session, project_id: str) -> None:
 def move(session: Session, project_id: str, delta: int) -> int | None:
     """Add ``delta`` cents to the project's balance unless that would take it below zero (or it
     has no balance row); the balance after, or None (nothing changed)."""
-    found = session.execute(_MOVE, {"p": project_id, "d": delta}).scalar_one_or_none()
+    found = session.connection().execute(_MOVE, {"p": project_id, "d": delta}).scalar_one_or_none()
     return None if found is None else int(found)
 
 
@@ -99,7 +99,7 @@ def append(session: Session, entry: Entry, balance_cents: int) -> Written:
         "at": entry.at,
         "note": entry.note,
     }
-    new_id = session.execute(_APPEND, row).scalar_one()
+    new_id = session.connection().execute(_APPEND, row).scalar_one()
     return Written(int(new_id), entry, balance_cents)
 
 

@@ -22,7 +22,14 @@ from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
 from bench.rules import print_rules, rules_targets, run_rules
 from bench.scale import print_scale, run_scale, scale_targets
-from bench.scenarios import CreateConfig, EventsConfig, events_targets, run_create, run_events
+from bench.scenarios import (
+    CreateConfig,
+    EventsConfig,
+    create_targets,
+    events_targets,
+    run_create,
+    run_events,
+)
 from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
 from bench.stats import fmt, jsonable, percentile, table
 from bench.targets import Target
@@ -415,6 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_profile(events["profile"], "while applying the events", "Manager.run_due")
 
     targets: list[Target] = []
+    if "create" in results["scenarios"]:
+        targets += create_targets(results["scenarios"]["create"])
     if "events" in results["scenarios"]:
         targets += events_targets(results["scenarios"]["events"])
     if args.scenario in ("scale", "all"):

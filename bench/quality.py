@@ -398,6 +398,11 @@ class MemoryWorld:
     def occupants(self, host: int, start: dt.datetime, end: dt.datetime) -> list[Occupant]:
         return [(s, e, str(rid)) for s, e, rid in self.calendar.overlapping(host, start, end)]
 
+    def counts(
+        self, hosts: Collection[int], start: dt.datetime, end: dt.datetime
+    ) -> dict[int, int]:
+        return {h: len(self.calendar.overlapping(h, start, end)) for h in hosts}
+
     def holders(self, ids: Collection[str]) -> dict[str, Holder]:
         found = {}
         for rid in ids:

@@ -87,6 +87,30 @@ def create_hosts(client: httpx.Client, count: int, pool: str) -> dict[str, Any]:
 
 # -- scenario "create" ---------------------------------------------------------------------------
 
+REFUSED_RATIO_GOAL = 2.0
+"""A refused request's p50 at most this many times an admitted one's (issue: refusals as fast
+as admissions)."""
+REFUSED_P99_GOAL_MS = 50.0
+
+
+def create_targets(result: dict[str, Any]) -> list[Target]:
+    """What a refusal costs against an admission, in the contended sequential run."""
+    lat = result["latency_ms"]
+    admitted, refused = lat["admitted"], lat["refused"]
+    if not refused["count"] or not admitted["count"]:
+        return []
+    note = f"{refused['count']} refused of {refused['count'] + admitted['count']} requests"
+    return [
+        Target(
+            "HTTP refused p50 / admitted p50",
+            refused["median"] / admitted["median"],
+            REFUSED_RATIO_GOAL,
+            "x",
+            note=f"{refused['median']:.1f} / {admitted['median']:.1f} ms; {note}",
+        ),
+        Target("HTTP refused p99", refused["p99"], REFUSED_P99_GOAL_MS, "ms", note=note),
+    ]
+
 
 @dataclass(frozen=True)
 class CreateConfig:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from collections.abc import Iterable
+import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 import pytest
@@ -24,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from climate.config import Settings
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import HostAllocation, Lease
 from climate.domain.clock import ManualClock
@@ -32,6 +34,7 @@ from climate.errors import NotEnoughCapacity
 from climate.planner.repack import (
     BUDGET,
     MAX_MOVES,
+    UNTIMED,
     WIDE,
     Holder,
     Occupant,
@@ -40,6 +43,7 @@ from climate.planner.repack import (
     _deepening,
     plan,
 )
+from climate.resources.hosts import PhysicalHostType
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
@@ -100,6 +104,11 @@ class Case:
             for h, s, e in r.windows
             if h == host and at(s) < end and start < at(e)
         ]
+
+    def counts(
+        self, hosts: Collection[int], start: dt.datetime, end: dt.datetime
+    ) -> dict[int, int]:
+        return {h: len(self.occupants(h, start, end)) for h in hosts}
 
     def holders(self, ids: Iterable[str]) -> dict[str, Holder]:
         wanted = set(ids)
@@ -369,6 +378,11 @@ def test_plain_lack_of_capacity_is_refused_without_reading_reservations() -> Non
             asked.append(ids)
             return case.holders(ids)
 
+        def counts(
+            self, hosts: Collection[int], start: dt.datetime, end: dt.datetime
+        ) -> dict[int, int]:
+            return case.counts(hosts, start, end)
+
     closed = replace(case.demand(), closed=True)
     assert plan(closed, at(0), Counting()) is None
     assert asked == []
@@ -397,6 +411,31 @@ def test_wide_choice_finds_a_move_among_many_hosts() -> None:
     assert found is not None
     assert [(m.reservation_id, m.added) for m in found.moves] == [("a", frozenset({hosts[-1]}))]
     check_valid(case, found)
+
+
+def _the_last_host_is_free(hosts: tuple[int, ...]) -> Case:
+    """Host 1 is the only candidate; a pending reservation on it may go anywhere; every other
+    host but the last is busy with a reservation that is not pending."""
+    every = frozenset(hosts)
+    blocker = Res("a", ((1, 4, 8),), every, pending=True)
+    fixed = [Res(f"f{h}", ((h, 0, 20),), every, pending=False) for h in hosts[1:-1]]
+    return Case(hosts, (blocker, *fixed), 1, 5, 7, 1, frozenset({1}), frozenset())
+
+
+def test_a_search_past_its_untimed_steps_stops_at_the_deadline() -> None:
+    case = _the_last_host_is_free(tuple(range(1, 401)))
+    found = case.plan()
+    assert found is not None and found.steps > UNTIMED
+    gone = time.monotonic() - 1
+    assert plan(case.demand(), at(case.now), case, deadline=gone) is None
+
+
+def test_a_small_search_is_never_cut_by_the_deadline() -> None:
+    case = _the_last_host_is_free(tuple(range(1, 9)))
+    gone = time.monotonic() - 1
+    found = plan(case.demand(), at(case.now), case, deadline=gone)
+    assert found is not None and found.steps <= UNTIMED
+    assert [(m.reservation_id, m.added) for m in found.moves] == [("a", frozenset({8}))]
 
 
 # -- through the service, on SQLite and PostgreSQL ---------------------------------------------
@@ -568,3 +607,13 @@ def test_service_refusal_after_a_move_undoes_it(
         }
     assert a.reservations[0].id in owners[one]
     assert a.reservations[0].id not in owners[two]
+
+
+def test_the_time_the_service_gives_a_search_is_a_setting() -> None:
+    hosts = PhysicalHostType()
+    hosts.configure(Settings(reoptimise_budget_ms=0))
+    assert hosts._reoptimise_deadline() is None
+    hosts.configure(Settings(reoptimise_budget_ms=40))
+    began = time.monotonic()
+    deadline = hosts._reoptimise_deadline()
+    assert deadline is not None and 0.039 <= deadline - began <= 0.041 + (time.monotonic() - began)

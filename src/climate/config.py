@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     max_page_size: int = Field(1000, ge=1)
     availability_max_days: int = Field(400, ge=1)
     offer_search_days: int = Field(30, ge=1)
+    reoptimise_budget_ms: float = Field(25.0, ge=0)
+    """How long admission may search for moves of pending leases once the search has grown past
+    a small one (docs/planning.md); 0: only its step budget bounds it."""
     policy_file: str = ""
     max_wait_seconds: Seconds = 30.0
     cpu_allocation_ratio: float = Field(1.0, gt=0)

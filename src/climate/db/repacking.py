@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -20,6 +20,7 @@ class DatabaseWorld:
     """The planner's view of the calendar during one admission (``planner.repack.World``).
 
     :param spans: the allocations of a host overlapping a window, from the in-memory calendar.
+    :param counts: how many allocations each of some hosts has in a window, from it too.
     :param eligible: the reservable hosts matching a reservation's parameters.
     :param reservation_id: the reservation being admitted: its own allocations are being
         replaced, so they are not there.
@@ -30,12 +31,14 @@ class DatabaseWorld:
         self,
         session: Session,
         spans: Callable[[int, dt.datetime, dt.datetime], Sequence[Occupant]],
+        counts: Callable[[Collection[int], dt.datetime, dt.datetime], Mapping[int, int]],
         eligible: Callable[[dict[str, Any]], frozenset[int]],
         reservation_id: str,
         lease_id: str,
     ) -> None:
         self.session = session
         self.spans = spans
+        self.counts = counts
         self.eligible = eligible
         self.reservation_id = reservation_id
         self.lease_id = lease_id

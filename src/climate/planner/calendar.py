@@ -326,6 +326,11 @@ class Calendar:
         keep = (starts < end) & (ends > start)
         return position[keep], starts[keep], ends[keep]
 
+    def counts(self, hosts: HostSet, start: float, end: float) -> IntArray:
+        """How many spans each of ``hosts`` has overlapping [start, end), in their order."""
+        position, _, _ = self.spans_of(hosts, start, end)
+        return np.bincount(position, minlength=len(hosts.ids))
+
     def _slots_of(self, hosts: HostSet) -> IntArray:
         """The slot of each host (0 for hosts without spans); remembered by ``hosts`` until a
         host gets its first span."""

@@ -34,6 +34,7 @@ benchmark's), host by host, only where the search goes.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from bisect import insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,11 @@ MATCH_LIMIT = 200
 """Above this many, the quick refusal only counts."""
 BATCH = 32
 """Hosts examined between two reads of the reservations found on them."""
+LEARN = 128
+"""Reservations read at once."""
+UNTIMED = 256
+"""Search steps never cut short by the deadline: a small search gives the same answer however
+busy the machine is."""
 
 Occupant = tuple[dt.datetime, dt.datetime, str]
 """An allocation of a host: start, end, reservation id."""
@@ -90,6 +96,13 @@ class World(Protocol):
 
     def holders(self, ids: Collection[str]) -> Mapping[str, Holder]:
         """What is known of these reservations; one missing is taken as fixed."""
+        ...
+
+    def counts(
+        self, hosts: Collection[int], start: dt.datetime, end: dt.datetime
+    ) -> Mapping[int, int]:
+        """How many allocations each host has overlapping [start, end), in one read: the
+        order in which a wide choice is examined, nothing the search relies on."""
         ...
 
 
@@ -140,18 +153,22 @@ def plan(
     max_moves: int = MAX_MOVES,
     budget: int = BUDGET,
     busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]] | None = None,
+    deadline: float | None = None,
 ) -> Repack | None:
     """Moves of pending, not started reservations that free ``demand.count`` candidates, or
     None if there are none within the bounds.
 
     :param busy: if the caller has them (``HostCalendar.busy``), the allocations of each
         candidate overlapping the window: spares reading them again for the quick refusal.
+    :param deadline: a ``time.monotonic()`` after which a search past ``UNTIMED`` steps gives
+        up, as when it runs out of ``budget`` (None: the budget alone bounds it, and the answer
+        depends on nothing but the calendar).
     """
     if len(demand.candidates) < demand.count or not demand.required <= demand.candidates:
         return None
     if demand.count < len(demand.required):
         return None
-    search = _Search(demand, now, world, budget, busy)
+    search = _Search(demand, now, world, budget, busy, deadline)
     try:
         if not search.instants_fit():
             return None
@@ -183,9 +200,11 @@ class _Search:
         world: World,
         budget: int,
         busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]] | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.demand = demand
         self.busy = busy
+        self.deadline = deadline
         self.now = now
         self.world = world
         self.budget = budget
@@ -228,16 +247,19 @@ class _Search:
             found = self.seen[key] = self.world.occupants(host, start, end)
         return found
 
-    def _count(self, host: int, start: dt.datetime, end: dt.datetime) -> int:
-        """How many allocations ``host`` has in the window, as the calendar stands."""
-        d = self.demand
-        if self.busy is not None and (start, end) == (d.start, d.end) and host in d.candidates:
-            return len(self.busy.get(host, ()))
-        return len(self._base(host, start, end))
+    def _counts(
+        self, hosts: Collection[int], start: dt.datetime, end: dt.datetime
+    ) -> Mapping[int, int]:
+        """How many allocations each host has in the window, as the calendar stands: one
+        read, spent as a batch of hosts examined."""
+        self.spend(-(-len(hosts) // BATCH))
+        return self.world.counts(hosts, start, end)
 
     def spend(self, steps: int) -> None:
         self.steps += steps
         if self.steps > self.budget:
+            raise _OutOfBudget
+        if self.deadline is not None and self.steps > UNTIMED and time.monotonic() > self.deadline:
             raise _OutOfBudget
 
     def occupants(self, host: int, start: dt.datetime, end: dt.datetime) -> list[Occupant]:
@@ -250,7 +272,10 @@ class _Search:
         unknown = [i for i in ids if i not in self.info]
         if not unknown:
             return
-        known = self.world.holders(unknown)
+        known: dict[str, Holder] = {}
+        for i in range(0, len(unknown), LEARN):
+            self.spend(0)  # reading many reservations takes a while: mind the deadline
+            known.update(self.world.holders(unknown[i : i + LEARN]))
         for rid in unknown:
             holder = known.get(rid)
             if holder is None:  # unknown to the world: fixed where it is
@@ -338,7 +363,8 @@ class _Search:
             if order is None:
                 # Fewest allocations in the window first (as the calendar stands: the moves made
                 # by the search change this little).
-                order = sorted(r.eligible, key=lambda h: (self._count(h, r.start, r.end), h))
+                counts = self._counts(r.eligible, r.start, r.end)
+                order = sorted(r.eligible, key=lambda h: (counts.get(h, 0), h))
                 self.order[rid] = order
             hosts = [h for h in order if h not in held]
         else:

@@ -6,12 +6,14 @@ import contextlib
 import datetime as dt
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from climate.config import Settings
 from climate.db import hosts as host_rows
 from climate.db import repacking
 from climate.db.calendar_cache import CalendarCache
@@ -133,6 +135,16 @@ class PhysicalHostType(ResourceType):
     def __init__(self) -> None:
         self.inventory = Inventory()
         self.calendar = CalendarCache()
+        self.reoptimise_seconds = 0.0
+
+    def configure(self, settings: Settings) -> None:
+        self.reoptimise_seconds = settings.reoptimise_budget_ms / 1000
+
+    def _reoptimise_deadline(self) -> float | None:
+        """When re-optimisation gives up (it runs under the admission lock), None: never."""
+        if not self.reoptimise_seconds:
+            return None
+        return time.monotonic() + self.reoptimise_seconds
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -233,12 +245,26 @@ class PhysicalHostType(ResourceType):
                 matched[key] = frozenset(self.inventory.matching(session, *key).ids.tolist())
             return matched[key]
 
+        calendar = self.calendar.synced(session)
+        moments: dict[float, dt.datetime] = {}  # the search reads each span many times
+
+        def at(when: float) -> dt.datetime:
+            found = moments.get(when)
+            if found is None:
+                found = moments[when] = moment(when)
+            return found
+
         def spans(host: int, s: dt.datetime, e: dt.datetime) -> list[Occupant]:
-            found = self.calendar.overlapping(session, host, s, e)
-            return [(moment(x.start), moment(x.end), x.owner) for x in found]
+            found = calendar.overlapping(host, s.timestamp(), e.timestamp())
+            return [(at(x.start), at(x.end), x.owner) for x in found]
+
+        def counts(hosts: Collection[int], s: dt.datetime, e: dt.datetime) -> dict[int, int]:
+            which = HostSet((h, "") for h in hosts)
+            found = calendar.counts(which, s.timestamp(), e.timestamp())
+            return dict(zip(which.ids.tolist(), found.tolist(), strict=True))
 
         world = repacking.DatabaseWorld(
-            session, spans, eligible, reservation.id, reservation.lease_id
+            session, spans, counts, eligible, reservation.id, reservation.lease_id
         )
         candidates = frozenset(matching.ids.tolist())
         wanted = RepackDemand(
@@ -249,7 +275,7 @@ class PhysicalHostType(ResourceType):
             required=demand.must_keep,
             closed=len(candidates) == len(eligible({})),
         )
-        found = plan(wanted, now, world, busy=busy)
+        found = plan(wanted, now, world, busy=busy, deadline=self._reoptimise_deadline())
         if found is None:
             return False
 

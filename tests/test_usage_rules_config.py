@@ -9,7 +9,8 @@ import pytest
 
 from climate.config import load_settings
 from climate.errors import InvalidInput
-from climate.fairshare.rules import DAY, Span, chain, parse_span, peak, rolling
+from climate.fairshare.rule_config import parse_span
+from climate.fairshare.rules import DAY, Span, chain, peak, rolling
 
 
 def load(tmp_path: Path, text: str) -> object:

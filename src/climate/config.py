@@ -336,7 +336,7 @@ class Settings(BaseSettings):
     @field_validator("usage_rules")
     @classmethod
     def _usage_rules(cls, raw: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
-        from climate.fairshare.rules import parse_rules
+        from climate.fairshare.rule_config import parse_rules
 
         parse_rules(raw)  # a RuleError is a ValueError naming the rule
         return raw
@@ -344,7 +344,7 @@ class Settings(BaseSettings):
     @property
     def rules(self) -> tuple[Rule, ...]:
         """``usage_rules`` parsed (they were checked when the settings were built)."""
-        from climate.fairshare.rules import parsed
+        from climate.fairshare.rule_config import parsed
 
         return parsed(self.usage_rules)
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
-from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -26,6 +24,7 @@ from climate.addresses import (
     validate_webhook_urls,
     webhook_url_problem,
 )
+from climate.config_input import problem, read_file
 from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
 
@@ -417,53 +416,6 @@ class _Environment(EnvSettingsSource):
         }
 
 
-def _read_file(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            table = tomllib.load(handle).get("climate", {})
-    except OSError as exc:
-        raise InvalidInput("config", f"cannot read {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput("config", f"{path} is not valid TOML: {exc}") from exc
-    if not isinstance(table, dict):
-        raise InvalidInput("config", f"{path}: [climate] must be a table")
-    return table
-
-
-def _problem(error: ErrorDetails) -> str:
-    """Pydantic's complaint in the words of the rest of Climate's errors."""
-    value, ctx, kind = error.get("input"), error.get("ctx", {}), error["type"]
-    wanted = {
-        "int_parsing": "an integer",
-        "int_type": "an integer",
-        "int_from_float": "an integer",
-        "float_parsing": "a number",
-        "float_type": "a number",
-        "finite_number": "a finite number",
-        "bool_parsing": "true or false",
-        "bool_type": "true or false",
-        "string_type": "a string",
-        "tuple_type": "a list",
-    }
-    if kind in wanted:
-        return f"must be {wanted[kind]}, not {value!r}"
-    if kind == "greater_than":
-        return f"must be above {ctx['gt']:g}, not {value!r}"
-    if kind == "greater_than_equal":
-        return f"must be at least {ctx['ge']:g}, not {value!r}"
-    if kind == "less_than_equal":
-        return f"must be at most {ctx['le']:g}, not {value!r}"
-    if kind in ("string_too_short", "too_short"):
-        return "must not be empty"
-    if kind == "literal_error":
-        return f"must be one of {ctx['expected']}, not {value!r}"
-    if kind == "extra_forbidden":
-        return "unknown setting"
-    if kind == "value_error":
-        return error["msg"].removeprefix("Value error, ")
-    return f"{error['msg']}, not {value!r}"
-
-
 def load_settings(
     path: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -479,7 +431,7 @@ def load_settings(
     origin: dict[str, str] = {}
     file_path = path or env.get("CLIMATE_CONFIG")
     if file_path:
-        table = _read_file(file_path)
+        table = read_file(file_path)
         values.update(table)
         origin.update({name: f"{name} in {file_path}" for name in table})
     for name in Settings.model_fields:
@@ -497,7 +449,7 @@ def load_settings(
     except ValidationError as exc:
         first = exc.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else "config"
-        raise InvalidInput(origin.get(name, name), _problem(first)) from None
+        raise InvalidInput(origin.get(name, name), problem(first)) from None
     if settings.auth == "keystone":
         from climate.keystone import service_credentials
 

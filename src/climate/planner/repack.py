@@ -60,8 +60,7 @@ BATCH = 32
 LEARN = 128
 """Reservations read at once."""
 UNTIMED = 256
-"""Search steps never cut short by the deadline: a small search gives the same answer however
-busy the machine is."""
+"""Steps never cut by the deadline: a small search answers the same however busy the machine."""
 
 Occupant = tuple[dt.datetime, dt.datetime, str]
 """An allocation of a host: start, end, reservation id."""
@@ -142,7 +141,7 @@ class Repack:
 
 
 class _OutOfBudget(Exception):
-    pass
+    """The search spent its steps or its time."""
 
 
 def plan(
@@ -173,9 +172,7 @@ def plan(
         if not search.instants_fit():
             return None
         floor = search.fewest_evictions(max_moves)
-        for limit in _deepening(max_moves):
-            if limit < floor:
-                continue
+        for limit in (m for m in _deepening(max_moves) if m >= floor):
             search.reset()
             if search.solve(limit):
                 return search.result()

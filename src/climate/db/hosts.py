@@ -35,6 +35,20 @@ def get(session: Session, host_id: int) -> Host | None:
     return session.get(Host, host_id)
 
 
+def display_name(session: Session, host_id: int) -> str:
+    """The host's hypervisor hostname (its id when it is gone)."""
+    host = session.get(Host, host_id)
+    return host.hypervisor_hostname if host is not None else str(host_id)
+
+
+def service_name(session: Session, host_id: int) -> str:
+    """The name its compute service goes by (its hostname, or its id when it is gone)."""
+    host = session.get(Host, host_id)
+    if host is None:
+        return str(host_id)
+    return host.service_name or host.hypervisor_hostname
+
+
 def get_by_name(session: Session, name: str) -> Host | None:
     return session.scalars(select(Host).where(Host.hypervisor_hostname == name)).first()
 

@@ -102,6 +102,16 @@ def get(session: Session, lease_id: str, *, project_id: str | None = None) -> Le
     return session.scalars(query).first()
 
 
+def reservation(session: Session, reservation_id: str) -> Reservation:
+    """A reservation an allocation names (its foreign key holds it).
+
+    :raises LookupError: it is gone all the same."""
+    found = session.get(Reservation, reservation_id)
+    if found is None:
+        raise LookupError(f"reservation {reservation_id}")
+    return found
+
+
 def get_for_update(session: Session, lease_id: str) -> Lease | None:
     query = select(Lease).where(Lease.id == lease_id).with_for_update()
     return session.scalars(query).first()

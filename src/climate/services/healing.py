@@ -26,6 +26,7 @@ from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
+from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Host, Lease, Reservation
 from climate.domain.actor import Actor
@@ -175,7 +176,7 @@ class HealingService:
     def _replace(
         self, session: Session, found: host_rows.Suffering, unusable: set[int], now: dt.datetime
     ) -> Healed:
-        reservation = _reservation(session, found.reservation_id)
+        reservation = lease_rows.reservation(session, found.reservation_id)
         lease = reservation.lease
         picked = self._pick(session, reservation, max(now, found.start), found.end, 1, unusable)
         new = picked[0] if picked else None
@@ -188,7 +189,7 @@ class HealingService:
         host_rows.move_allocation(session, found, new, now)
         self._reread(session, reservation)
         if new is None:
-            name = _name(session, found.host_id)
+            name = host_rows.display_name(session, found.host_id)
             reservation.missing_hosts = [*(reservation.missing_hosts or []), name]
             reservation.missing_resources = True
             lease.degraded = True
@@ -247,11 +248,11 @@ class HealingService:
     ) -> list[Healed]:
         """The instances ``lost`` held on a failed host, placed on free matching hosts from now
         on (as the reservation's affinity allows), or the reservation goes on without them."""
-        reservation = _reservation(session, lost.reservation_id)
+        reservation = lease_rows.reservation(session, lost.reservation_id)
         instance_rows.cut(session, lost.allocation_id, max(now, lost.start))
         self._instances.changed(session, {lost.host_id})
         session.expire(reservation, ["instance_allocations"])
-        name = _name(session, lost.host_id)
+        name = host_rows.display_name(session, lost.host_id)
         if name not in (reservation.missing_hosts or []):
             reservation.missing_hosts = [*(reservation.missing_hosts or []), name]
         return self._place_instances(session, reservation, down, unusable, now, lost.host_id)
@@ -346,7 +347,9 @@ class HealingService:
         ``old`` is out and ``new`` in; the error if the backend failed."""
         handover = self.ctx.handover(lease, reservation, self.ctx.clock.now())
         slots = tuple(f"{h}:{n}" for h, c in sorted(after.items()) for n in range(c))
-        names = {str(h): _service_name(session, h) for h in {*after, old, new} if h is not None}
+        names = {
+            str(h): host_rows.service_name(session, h) for h in {*after, old, new} if h is not None
+        }
         action = Replace(
             dataclasses.replace(handover, resource_ids=slots, hosts=names),
             None if old is None else str(old),
@@ -402,7 +405,7 @@ class HealingService:
         names = dict(handover.hosts)
         for host_id in (old, new):
             if host_id is not None:
-                names[str(host_id)] = _service_name(session, host_id)
+                names[str(host_id)] = host_rows.service_name(session, host_id)
         action = Replace(
             dataclasses.replace(handover, resource_ids=tuple(after), hosts=names),
             None if old is None else str(old),
@@ -476,25 +479,6 @@ def _audit_host(
         target_id=str(host.id),
         detail={"name": host.hypervisor_hostname, **detail},
     )
-
-
-def _reservation(session: Session, reservation_id: str) -> Reservation:
-    found = session.get(Reservation, reservation_id)
-    if found is None:  # the allocation's foreign key holds it
-        raise LookupError(f"reservation {reservation_id}")
-    return found
-
-
-def _name(session: Session, host_id: int) -> str:
-    host = session.get(Host, host_id)
-    return host.hypervisor_hostname if host is not None else str(host_id)
-
-
-def _service_name(session: Session, host_id: int) -> str:
-    host = session.get(Host, host_id)
-    if host is None:
-        return str(host_id)
-    return host.service_name or host.hypervisor_hostname
 
 
 def _reason(value: object) -> str | None:

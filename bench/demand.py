@@ -32,7 +32,8 @@ def seed(database_url: str) -> None:
     from sqlalchemy import insert
 
     from climate.db.engine import Database
-    from climate.db.tables import RefusedDemand, table_of
+    from climate.db.records import RefusedDemand
+    from climate.db.tables import table_of
 
     seed_leases(database_url)
     rng = random.Random(18)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from climate.context import ServiceContext
 from climate.db import audit
-from climate.db.tables import AuditLog
+from climate.db.records import AuditLog
 from climate.domain.admission import Admitted, Refused, Reshape, Reshaped
 from climate.domain.requests import LeaseChanges
 from climate.errors import NotEnoughCapacity

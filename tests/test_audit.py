@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from climate.backends.base import Backend
 from climate.db import audit
-from climate.db.tables import AuditLog
+from climate.db.records import AuditLog
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseStatus
 from climate.errors import NotEnoughCapacity

@@ -17,7 +17,8 @@ from climate.backends import load_backend
 from climate.config import Settings
 from climate.db import credits as credit_rows
 from climate.db.engine import Database
-from climate.db.tables import AuditLog, OutboxMessage
+from climate.db.records import AuditLog
+from climate.db.tables import OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.domain.requests import LeaseChanges, LeaseRequest
 from climate.domain.status import LeaseType

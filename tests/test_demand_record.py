@@ -14,7 +14,7 @@ from sqlalchemy import select
 from climate.config import Settings
 from climate.db import demand as demand_rows
 from climate.db.engine import Database
-from climate.db.tables import RefusedDemand
+from climate.db.records import RefusedDemand
 from climate.domain.admission import AdmissionRefused
 from climate.domain.clock import ManualClock
 from climate.domain.requests import (

@@ -20,7 +20,8 @@ from sqlalchemy import select
 
 from climate.config import Settings
 from climate.db.engine import Database
-from climate.db.tables import AuditLog, Lease
+from climate.db.records import AuditLog
+from climate.db.tables import Lease
 from climate.domain.clock import ManualClock
 from climate.errors import UsageRuleBroken
 from climate.notify.delivery import Deliverer

@@ -24,7 +24,8 @@ from climate.backends.base import Action, Replace, Result
 from climate.backends.faulty import InjectedFault
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings, load_settings
-from climate.db.tables import Assignment, AuditLog, HostAllocation
+from climate.db.records import AuditLog
+from climate.db.tables import Assignment, HostAllocation
 from climate.domain.clock import ManualClock
 from climate.errors import Forbidden, InvalidInput, NotEnoughCapacity, NotFound
 from climate.manager.service import Manager

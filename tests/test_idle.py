@@ -19,7 +19,8 @@ from climate.backends.standalone import StandaloneBackend
 from climate.cli.main import main
 from climate.config import Settings, load_settings
 from climate.db.engine import Database
-from climate.db.tables import AuditLog, Event, OutboxMessage
+from climate.db.records import AuditLog
+from climate.db.tables import Event, OutboxMessage
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.errors import Conflict, Forbidden, InvalidInput, NotFound

@@ -24,7 +24,8 @@ from climate.cli.main import main
 from climate.config import Settings
 from climate.db import migrate
 from climate.db.engine import Database
-from climate.db.tables import Assignment, AuditLog, Event, OutboxMessage
+from climate.db.records import AuditLog
+from climate.db.tables import Assignment, Event, OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.errors import BackendError, Conflict, Forbidden
 from climate.manager.service import Manager

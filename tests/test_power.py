@@ -22,7 +22,7 @@ from climate.backends.faulty import InjectedFault
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings, load_settings
 from climate.db.engine import Database
-from climate.db.tables import AuditLog
+from climate.db.records import AuditLog
 from climate.domain.clock import ManualClock
 from climate.errors import Forbidden, InvalidInput
 from climate.manager.service import Manager

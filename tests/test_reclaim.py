@@ -21,7 +21,8 @@ from sqlalchemy import select
 from climate.backends.base import Action, Migrate, Result
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
-from climate.db.tables import Assignment, AuditLog, InstanceAllocation, OutboxMessage
+from climate.db.records import AuditLog
+from climate.db.tables import Assignment, InstanceAllocation, OutboxMessage
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseType
 from climate.errors import Forbidden, InvalidInput, NotEnoughCapacity

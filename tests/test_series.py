@@ -18,15 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from climate.db.tables import (
-    AuditLog,
-    Event,
-    HostAllocation,
-    Lease,
-    LeaseSeries,
-    OutboxMessage,
-    Reservation,
-)
+from climate.db.records import AuditLog
+from climate.db.tables import Event, HostAllocation, Lease, LeaseSeries, OutboxMessage, Reservation
 from climate.errors import NotEnoughCapacity
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService

@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from climate.config import Settings
 from climate.db.engine import Database
-from climate.db.tables import AuditLog, Lease, OutboxMessage
+from climate.db.records import AuditLog
+from climate.db.tables import Lease, OutboxMessage
 from climate.domain.admission import AdmissionRefused, UpdateRefused
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseStatus, LeaseType

@@ -18,7 +18,7 @@ from sqlalchemy import Table, event, insert, literal, select
 from sqlalchemy.orm import Session
 
 from climate.db.leases import string_rows
-from climate.db.tables import AuditLog
+from climate.db.records import AuditLog
 from climate.db.types import UTCDateTime
 from climate.domain.actor import Actor
 

@@ -16,9 +16,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from climate.db.records import CreditBalance, CreditEntry
 from climate.db.tables import (
-    CreditBalance,
-    CreditEntry,
     HostAllocation,
     InstanceAllocation,
     Item,

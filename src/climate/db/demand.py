@@ -9,7 +9,8 @@ from collections.abc import Collection, Iterable
 from sqlalchemy import insert, or_, select
 from sqlalchemy.orm import Session
 
-from climate.db.tables import Lease, RefusedDemand, table_of
+from climate.db.records import RefusedDemand
+from climate.db.tables import Lease, table_of
 
 
 def add(session: Session, rows: Iterable[RefusedDemand]) -> None:

@@ -11,7 +11,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from climate.db.tables import Lease, LeaseIdle, Reservation, table_of
+from climate.db.records import LeaseIdle
+from climate.db.tables import Lease, Reservation, table_of
 from climate.domain.status import LeaseStatus
 
 

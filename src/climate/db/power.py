@@ -10,7 +10,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from climate.db.hosts import DOWN
-from climate.db.tables import Host, HostAllocation, HostPower, InstanceAllocation, Lease
+from climate.db.records import HostPower
+from climate.db.tables import Host, HostAllocation, InstanceAllocation, Lease
 
 
 @dataclass(frozen=True, slots=True)

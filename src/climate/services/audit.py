@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import audit
-from climate.db.tables import AuditLog
+from climate.db.records import AuditLog
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
 

@@ -19,7 +19,7 @@ from climate.context import ServiceContext
 from climate.db import demand as demand_rows
 from climate.db import hosts as host_rows
 from climate.db import timeline as timeline_rows
-from climate.db.tables import RefusedDemand
+from climate.db.records import RefusedDemand
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
 from climate.planner import demand as replaying

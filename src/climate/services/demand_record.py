@@ -12,7 +12,8 @@ from typing import Any
 
 from climate.context import ServiceContext
 from climate.db import demand as demand_rows
-from climate.db.tables import Lease, RefusedDemand
+from climate.db.records import RefusedDemand
+from climate.db.tables import Lease
 from climate.domain.actor import Actor
 from climate.domain.admission import LeaseRefused, Offer, Refusal, Reshape, Skipped, UpdateRefused
 

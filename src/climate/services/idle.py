@@ -24,7 +24,8 @@ from climate.db import audit
 from climate.db import idle as idle_rows
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Lease, LeaseIdle
+from climate.db.records import LeaseIdle
+from climate.db.tables import Lease
 from climate.domain.actor import Actor
 from climate.domain.status import LeaseStatus
 from climate.errors import Conflict, NotFound

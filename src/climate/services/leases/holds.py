@@ -6,7 +6,8 @@ import datetime as dt
 
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Lease, RefusedDemand
+from climate.db.records import RefusedDemand
+from climate.db.tables import Lease
 from climate.domain.actor import Actor
 from climate.domain.status import LeaseStatus, ReservationStatus, check_lease_transition
 from climate.errors import Conflict

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Lease, RefusedDemand
+from climate.db.records import RefusedDemand
+from climate.db.tables import Lease
 from climate.domain.admission import Refused
 from climate.domain.status import LeaseStatus, LeaseType, check_lease_transition
 from climate.fairshare import admission as fairshare

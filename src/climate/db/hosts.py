@@ -114,7 +114,6 @@ class HostRecord:
 
 
 def bump_inventory(session: Session) -> None:
-    session.info.pop(_KNOWN_VERSION, None)
     session.execute(
         update(Lock).where(Lock.name == INVENTORY_VERSION).values(version=Lock.version + 1)
     )
@@ -122,18 +121,10 @@ def bump_inventory(session: Session) -> None:
 
 _LOCKS = table_of(Lock).c
 _INVENTORY_VERSION = select(_LOCKS.version).where(_LOCKS.name == INVENTORY_VERSION)
-_KNOWN_VERSION = "inventory_version"
 
 
 def inventory_version(session: Session) -> int:
-    """The inventory's version, read once per transaction (an admission asks several times:
-    its hosts' cache, the usage rules' host facts) unless the transaction bumps it."""
-    transaction = session.get_transaction()
-    known = session.info.get(_KNOWN_VERSION)
-    if known is None or known[0] is not transaction:
-        version = int(session.execute(_INVENTORY_VERSION).scalar() or 0)
-        known = session.info[_KNOWN_VERSION] = (session.get_transaction(), version)
-    return int(known[1])
+    return int(session.execute(_INVENTORY_VERSION).scalar() or 0)
 
 
 UP = "up"

@@ -142,6 +142,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         idle=IdleService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
+    app.state.resource_types = ctx.resource_types
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)

@@ -11,10 +11,11 @@ inventory routes, its services and its place in the document from the API (``ite
 from __future__ import annotations
 
 import abc
+import contextlib
 import datetime as dt
 import ipaddress
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from climate.db import items as item_rows
 from climate.db.calendar_cache import CalendarCache
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Reservation
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
+from climate.planner.availability import HostPlacer, HostRequest, SearchRange
 from climate.planner.calendar import HostSet
 from climate.planner.hosts import HostDemand, HostsView, choose_hosts
 from climate.planner.query import parse_query
@@ -35,6 +37,7 @@ from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
     before_end_field,
+    in_request,
     int_field,
     merged_fields,
     policy_fields,
@@ -303,6 +306,37 @@ class ItemType(ResourceType):
                 f"not enough {self.kind.plural}{where}: {wanted.min} requested, {len(view)} "
                 f"match, {free} free for the whole window {window}"
             )
+
+    @contextlib.contextmanager
+    def searching(
+        self,
+        session: Session,
+        reservations: Sequence[tuple[int, Mapping[str, Any]]],
+        search: SearchRange,
+    ) -> Iterator[HostPlacer]:
+        """An availability search for validated reservations (position in the request,
+        parameters), over the calendar as committed, held still until the search is done.
+
+        :raises InvalidInput: a reservation names what does not exist (``reservations[i]....``).
+        """
+        with self.calendar.reading(session) as calendar:
+            requests = []
+            for index, params in reservations:
+                try:
+                    wanted = self.demand(session, params)
+                except InvalidInput as bad:
+                    raise in_request(index, bad) from None
+                requests.append(
+                    HostRequest(
+                        index,
+                        wanted.candidates,
+                        wanted.min,
+                        wanted.max,
+                        wanted.required,
+                        reducible="min" in params,
+                    )
+                )
+            yield HostPlacer(calendar, requests, search)
 
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
         if all(a.end_date <= at for a in reservation.item_allocations):

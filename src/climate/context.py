@@ -20,6 +20,7 @@ from climate.errors import InvalidInput
 from climate.keystone import Trusts
 from climate.policy import Policy, load_policy
 from climate.resources.base import ResourceType, end_policy_of, start_policy_of
+from climate.resources.items import item_kinds
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class ServiceContext:
     """The defaults with the operator's ``policy_file`` on top; a bad file fails here."""
 
     def __post_init__(self) -> None:
-        self.policy = load_policy(self.settings.admin_role, self.settings.policy_file)
+        inventories = [kind.rules for kind in item_kinds(self.resource_types).values()]
+        self.policy = load_policy(self.settings.admin_role, self.settings.policy_file, inventories)
         for resource_type in self.resource_types.values():
             resource_type.configure(self.settings)
         unknown = [t for t in self.settings.idle_resource_types if t not in self.resource_types]

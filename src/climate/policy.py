@@ -23,7 +23,7 @@ import functools
 import json
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import yaml
@@ -48,10 +48,12 @@ implied roles into its tokens, and the policy applies them to every caller alike
 ``X-Roles: member`` from noauth or a Climate token also reads."""
 
 
-def default_rules(admin_role: str) -> dict[str, str]:
+def default_rules(admin_role: str, inventories: Iterable[str] = ()) -> dict[str, str]:
     """Blazar's secure-RBAC defaults (project scope): readers of a project read its leases,
-    members also manage them, admins everything; hosts and the audit log are for admins.
+    members also manage them, admins everything; hosts, the other inventories (each item kind's,
+    by its rules' prefix in ``inventories``, and volume pools) and the audit log are for admins.
     ``admin_or_owner`` is kept, as in Blazar, for operators' files that still refer to it."""
+    prefixes = (*inventories, "climate:volume_pools")
     owner_read = "rule:project_reader_or_admin"
     owner_write = "rule:project_member_or_admin"
     return {
@@ -74,18 +76,10 @@ def default_rules(admin_role: str) -> dict[str, str]:
         "blazar:oshosts:update_resource_properties": "rule:admin",
         **{
             f"{prefix}:{action}": "rule:admin"
-            for prefix in (
-                "blazar:devices",
-                "blazar:networks",
-                "blazar:floatingips",
-                "climate:volume_pools",
-            )
+            for prefix in prefixes
             for action in ("get", "post", "put", "delete")
         },
-        "blazar:devices:get_allocations": owner_read,
-        "blazar:networks:get_allocations": owner_read,
-        "blazar:floatingips:get_allocations": owner_read,
-        "climate:volume_pools:get_allocations": owner_read,
+        **{f"{prefix}:get_allocations": owner_read for prefix in prefixes},
         "climate:instances:get_allocations": owner_read,
         "climate:audit:get": "rule:admin",
         "climate:usage:get": owner_read,
@@ -138,11 +132,11 @@ class Policy:
         return None if self.allows(actor, ADMIN) else actor.project_id
 
 
-def load_policy(admin_role: str, path: str = "") -> Policy:
-    """The defaults, with the rules of the file at ``path`` (JSON; TOML for ``*.toml``; YAML for
-    ``*.yaml``, as Blazar's ``policy.yaml``) in their place. Every rule in the file must be one of
-    the known names."""
-    rules = default_rules(admin_role)
+def load_policy(admin_role: str, path: str = "", inventories: Iterable[str] = ()) -> Policy:
+    """The defaults (``default_rules``), with the rules of the file at ``path`` (JSON; TOML for
+    ``*.toml``; YAML for ``*.yaml``, as Blazar's ``policy.yaml``) in their place. Every rule in
+    the file must be one of the known names."""
+    rules = default_rules(admin_role, inventories)
     if path:
         for name, text in _read(path).items():
             if name not in rules:

@@ -47,7 +47,7 @@ from climate.context import ServiceContext
 from climate.domain.admission import AdmissionRefused
 from climate.errors import ClimateError, NotEnoughCapacity, NotEnoughCredits, UsageRuleBroken
 from climate.fairshare.report import UsageService as RulesUsageService
-from climate.resources.items import KINDS
+from climate.resources.items import item_kinds
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.credits import CreditsService
@@ -125,6 +125,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         title="Climate", version=__version__, summary="Reservations, Blazar v1 compatible"
     )
     tokens = TokenService(ctx)
+    kinds = item_kinds(ctx.resource_types)
     backend = load_backend(ctx.settings)
     timeboxed = Timeboxed(backend, ctx.settings.backend_timeout_seconds)
     app.state.services = Services(
@@ -133,7 +134,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         tokens=tokens,
         audit=AuditService(ctx),
         availability=AvailabilityService(ctx),
-        items={kind.kind: ItemService(ctx, kind) for kind in KINDS},
+        items={name: ItemService(ctx, kind) for name, kind in kinds.items()},
         volume_pools=VolumePoolService(ctx),
         instances=InstanceAllocationService(ctx),
         healing=HealingService(ctx, timeboxed),
@@ -141,6 +142,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         idle=IdleService(ctx),
         max_body_bytes=ctx.settings.max_body_bytes,
     )
+    app.state.resource_types = ctx.resource_types
     app.state.authenticate = Authenticator(ctx.settings, tokens)
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
@@ -157,7 +159,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.include_router(audit.router)
     app.include_router(operations.router)
     app.include_router(availability.router)
-    for kind in KINDS:
+    for kind in kinds.values():
         app.include_router(items.item_router(kind))
     app.include_router(items.pools)
     app.include_router(instances.router)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter
@@ -19,7 +20,7 @@ from climate.api.schemas.searches import CapacityTimelineAnswer, Windows
 from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.resources.instances import InstanceType
-from climate.resources.items import KINDS
+from climate.resources.items import Kind
 from climate.resources.volumes import VolumeType
 from climate.services.availability import (
     HOST_TYPE,
@@ -38,15 +39,8 @@ SEARCH_FIELDS = frozenset(
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
 INSTANCE_TYPE = InstanceType.name
 VOLUME_TYPE = VolumeType.name
-ITEM_NAMES = {kind.resource_type: kind.name_field for kind in KINDS}
-"""Per item type, the wire field of an item's name (a device's name, a floating IP's address,
-a segment's id)."""
-UNITS = {
-    HOST_TYPE: "hosts",
-    INSTANCE_TYPE: "instances",
-    VOLUME_TYPE: "GB",
-    **{kind.resource_type: kind.plural for kind in KINDS},
-}
+UNITS = {HOST_TYPE: "hosts", INSTANCE_TYPE: "instances", VOLUME_TYPE: "GB"}
+"""What a timeline counts, besides items (their kind's plural)."""
 
 
 @router.post(
@@ -56,7 +50,8 @@ UNITS = {
 )
 def search(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
     offers = services.availability.search(actor, _search_query(json_object(body)))
-    return JSONResponse({"windows": [_window(offer) for offer in offers]})
+    kinds = {name: inventory.kind for name, inventory in services.items.items()}
+    return JSONResponse({"windows": [_window(offer, kinds) for offer in offers]})
 
 
 @router.get("/timeline", responses=answers(200, CapacityTimelineAnswer, V1))
@@ -91,7 +86,10 @@ def timeline(
         memory_mb=None if memory_mb is None else _integer("memory_mb", memory_mb),
         disk_gb=None if disk_gb is None else _integer("disk_gb", disk_gb),
     )
-    return JSONResponse({"timeline": _timeline(services.availability.timeline(actor, query))})
+    capacity = services.availability.timeline(actor, query)
+    items = services.items.get(capacity.resource_type)
+    unit = UNITS.get(capacity.resource_type, "resources") if items is None else items.kind.plural
+    return JSONResponse({"timeline": _timeline(capacity, unit)})
 
 
 def _search_query(body: dict[str, Any]) -> AvailabilityQuery:
@@ -147,25 +145,25 @@ def _integer(field: str, value: object) -> int:
     return inputs.integer(field, value, minimum=-inputs.MAX_INT)
 
 
-def _window(offer: Offer) -> dict[str, Any]:
+def _window(offer: Offer, kinds: Mapping[str, Kind]) -> dict[str, Any]:
     return {
         "start_date": wire.lease_date(offer.start),
         "end_date": wire.lease_date(offer.end),
-        "reservations": [_offered(r) for r in offer.reservations],
+        "reservations": [_offered(r, kinds.get(r.resource_type)) for r in offer.reservations],
         "usage_rules": list(offer.usage_rules),
     }
 
 
-def _offered(r: OfferedReservation) -> dict[str, Any]:
+def _offered(r: OfferedReservation, kind: Kind | None) -> dict[str, Any]:
     """What one reservation would get: hosts (with names for those who may list them),
-    instances per host, items by id and name, or GB from a pool."""
+    instances per host, items by id and name (under their ``kind``'s name field), or GB from a
+    pool."""
     p = r.params
     shown: dict[str, Any] = {"resource_type": r.resource_type, "available": r.available}
     if "min" in p:
         shown.update(min=p["min"], max=p["max"])
     else:
         shown["amount"] = p["amount"]
-    kind = ITEM_NAMES.get(r.resource_type)
     if r.resource_type == HOST_TYPE:
         shown["hosts"] = [str(h) for h in r.resource_ids]
         if r.resource_names is not None:
@@ -186,12 +184,13 @@ def _offered(r: OfferedReservation) -> dict[str, Any]:
     elif kind is not None:
         names = r.resource_names or ("",) * len(r.resource_ids)
         shown["items"] = [
-            {"id": str(i), kind: name} for i, name in zip(r.resource_ids, names, strict=True)
+            {"id": str(i), kind.name_field: name}
+            for i, name in zip(r.resource_ids, names, strict=True)
         ]
     return shown
 
 
-def _timeline(capacity: Capacity) -> dict[str, Any]:
+def _timeline(capacity: Capacity, unit: str) -> dict[str, Any]:
     step = dt.timedelta(seconds=capacity.bucket)
     buckets: list[dict[str, Any]] = []
     for i, free in enumerate(capacity.free):
@@ -206,7 +205,7 @@ def _timeline(capacity: Capacity) -> dict[str, Any]:
         buckets.append(bucket)
     found: dict[str, Any] = {
         "resource_type": capacity.resource_type,
-        "unit": UNITS.get(capacity.resource_type, "resources"),
+        "unit": unit,
         "start_date": wire.lease_date(capacity.start),
         "end_date": wire.lease_date(capacity.start + step * len(capacity.free)),
         "bucket": capacity.bucket,

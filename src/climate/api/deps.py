@@ -34,7 +34,7 @@ class Services:
     audit: AuditService
     availability: AvailabilityService
     items: dict[str, ItemService]
-    """Per item kind (``Item.kind``)."""
+    """Per item resource type."""
     volume_pools: VolumePoolService
     instances: InstanceAllocationService
     healing: HealingService

@@ -1,5 +1,6 @@
-"""/v1/devices, /v1/networks, /v1/floatingips and /v1/volume-pools: inventories of the resource
-types other than hosts, with their allocations."""
+"""The inventories of the resource types other than hosts, with their allocations: each item
+kind's (/v1/devices, /v1/networks, /v1/floatingips, ... at its ``Kind.path``) and
+/v1/volume-pools."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from climate import wire
-from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
+from climate.api.deps import ActorDep, BodyDep, PageDep, Services, ServicesDep, SortedPageDep
 from climate.api.hosts import FiltersDep, allocation
 from climate.api.parsing import json_object
 from climate.api.schemas import body
 from climate.api.schemas.answers import ONE, V1, WRITE, answers
 from climate.api.schemas.bodies import ItemUpdate, VolumePoolCreate, VolumePoolUpdate, item_create
 from climate.api.schemas.inventory import (
-    ITEM_NAMES,
     HostAllocation,
     VolumePoolAllocation,
     VolumePoolAnswer,
@@ -25,12 +25,10 @@ from climate.api.schemas.inventory import (
     allocations,
     item_models,
 )
-from climate.resources.items import DEVICES, FLOATING_IPS, NETWORKS, Kind
-from climate.services.items import ItemAllocations
+from climate.resources.items import Kind
+from climate.services.items import ItemAllocations, ItemService
 from climate.services.volume_pools import PoolAllocations
 
-PATHS = {DEVICES.kind: "devices", NETWORKS.kind: "networks", FLOATING_IPS.kind: "floatingips"}
-"""Each kind's path under /v1, which is also its list's key; the singular is its object's."""
 ITEM_ALLOCATION, ITEM_ALLOCATIONS = allocations(HostAllocation)
 POOL_ALLOCATION, POOL_ALLOCATIONS = allocations(VolumePoolAllocation)
 
@@ -44,80 +42,78 @@ def _pool_allocation(found: PoolAllocations) -> dict[str, object]:
 
 
 def item_router(kind: Kind) -> APIRouter:
-    path = PATHS[kind.kind]
-    singular = path.removesuffix("s")
+    path, key = kind.path, kind.key
     router = APIRouter(prefix=f"/v1/{path}", tags=[path])
-    one, many = item_models(kind, path)
+    one, many = item_models(kind)
+
+    def inventory(services: Services) -> ItemService:
+        return services.items[kind.resource_type]
 
     def render(items: Sequence[Any]) -> list[dict[str, Any]]:
         return [wire.item(i, kind) for i in items]
 
     @router.get("", name=f"list_{path}", responses=answers(200, many, V1))
     def list_items(services: ServicesDep, actor: ActorDep, page: SortedPageDep) -> JSONResponse:
-        return JSONResponse({path: render(services.items[kind.kind].list_all(actor, page))})
+        return JSONResponse({path: render(inventory(services).list_all(actor, page))})
 
     @router.post(
         "",
         status_code=201,
-        name=f"create_{singular}",
-        openapi_extra=body(item_create(kind, ITEM_NAMES[kind.kind])),
+        name=f"create_{key}",
+        openapi_extra=body(item_create(kind)),
         responses=answers(201, one, V1 | WRITE),
     )
     def create_item(services: ServicesDep, actor: ActorDep, body: BodyDep) -> JSONResponse:
-        item = services.items[kind.kind].create(actor, json_object(body))
-        return JSONResponse({singular: wire.item(item, kind)}, status_code=201)
+        item = inventory(services).create(actor, json_object(body))
+        return JSONResponse({key: wire.item(item, kind)}, status_code=201)
 
     @router.get(
         "/allocations",
-        name=f"list_{singular}_allocations",
+        name=f"list_{key}_allocations",
         responses=answers(200, ITEM_ALLOCATIONS, V1),
     )
     def list_allocations(
         services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
     ) -> JSONResponse:
         """A page of items (by id; ``marker`` is a ``resource_id``) with their allocations."""
-        found = services.items[kind.kind].allocations(actor, page=page, **filters.as_arguments())
+        found = inventory(services).allocations(actor, page=page, **filters.as_arguments())
         return JSONResponse({"allocations": [_item_allocation(a) for a in found]})
 
-    @router.get("/{item_id}", name=f"show_{singular}", responses=answers(200, one, ONE))
+    @router.get("/{item_id}", name=f"show_{key}", responses=answers(200, one, ONE))
     def show_item(services: ServicesDep, actor: ActorDep, item_id: str) -> JSONResponse:
-        return JSONResponse(
-            {singular: wire.item(services.items[kind.kind].get(actor, item_id), kind)}
-        )
+        return JSONResponse({key: wire.item(inventory(services).get(actor, item_id), kind)})
 
     @router.put(
         "/{item_id}",
-        name=f"update_{singular}",
+        name=f"update_{key}",
         openapi_extra=body(ItemUpdate),
         responses=answers(200, one, ONE | {413}),
     )
     def update_item(
         services: ServicesDep, actor: ActorDep, item_id: str, body: BodyDep
     ) -> JSONResponse:
-        item = services.items[kind.kind].update(actor, item_id, json_object(body))
-        return JSONResponse({singular: wire.item(item, kind)})
+        item = inventory(services).update(actor, item_id, json_object(body))
+        return JSONResponse({key: wire.item(item, kind)})
 
     @router.delete(
         "/{item_id}",
         status_code=204,
-        name=f"delete_{singular}",
+        name=f"delete_{key}",
         responses=answers(204, None, ONE | {409}),
     )
     def delete_item(services: ServicesDep, actor: ActorDep, item_id: str) -> Response:
-        services.items[kind.kind].delete(actor, item_id)
+        inventory(services).delete(actor, item_id)
         return Response(status_code=204)
 
     @router.get(
         "/{item_id}/allocation",
-        name=f"show_{singular}_allocation",
+        name=f"show_{key}_allocation",
         responses=answers(200, ITEM_ALLOCATION, ONE),
     )
     def show_allocation(
         services: ServicesDep, actor: ActorDep, item_id: str, filters: FiltersDep
     ) -> JSONResponse:
-        found = services.items[kind.kind].allocations(
-            actor, item_id=item_id, **filters.as_arguments()
-        )
+        found = inventory(services).allocations(actor, item_id=item_id, **filters.as_arguments())
         return JSONResponse({"allocation": _item_allocation(found[0])})
 
     return router

@@ -3,7 +3,8 @@
 Routes declare their request bodies (``schemas.body``) and their answers
 (``schemas.answers.answers``); this module adds the decoration FastAPI has no word for: links
 from what a POST creates to the operations on it, no 422 (this app answers a bad parameter with
-a 400, Blazar's error body), and the reservation unions of the installed resource types.
+a 400, Blazar's error body), and the reservation unions of the app's resource types
+(``app.state.resource_types``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.routing import compile_path
 from climate.api.schemas import components, schemas
 from climate.api.schemas.answers import CREATES
 from climate.api.schemas.reservations import unions
+from climate.resources.base import ResourceType
 
 
 def document(app: FastAPI) -> dict[str, Any]:
@@ -39,9 +41,20 @@ def document(app: FastAPI) -> dict[str, Any]:
     found = spec.setdefault("components", {}).setdefault("schemas", {})
     for generated in ("HTTPValidationError", "ValidationError"):
         found.pop(generated, None)
-    found.update(schemas(*unions()))
+    resource_types: Mapping[str, ResourceType] = app.state.resource_types
+    found.update(schemas(_bodies(spec["paths"]), *unions(resource_types)))
     written: dict[str, Any] = json.loads(components(json.dumps(spec)))
     return written
+
+
+def _bodies(paths: Mapping[str, Any]) -> set[str]:
+    """The components the operations' request bodies refer to (``schemas.body``), by name."""
+    return {
+        media["schema"]["$ref"].removeprefix("#/components/schemas/")
+        for methods in paths.values()
+        for operation in methods.values()
+        for media in operation.get("requestBody", {}).get("content", {}).values()
+    }
 
 
 def _links(paths: Mapping[str, Any], parameter: str, pointer: str) -> dict[str, Any]:

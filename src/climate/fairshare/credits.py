@@ -27,24 +27,32 @@ from climate.domain.actor import Actor
 from climate.errors import NotEnoughCredits
 from climate.fairshare import admission, consumption
 from climate.pricing import PriceTable, Use
-from climate.resources.items import KINDS
+from climate.resources.base import ResourceType
+from climate.resources.items import item_kinds
 
 LOG = logging.getLogger(__name__)
 GRANT, ENCUMBER, ADJUST, SETTLE, REFUND = "grant", "encumber", "adjust", "settle", "refund"
 KINDS_OF_ENTRY = (GRANT, ENCUMBER, ADJUST, SETTLE, REFUND)
 _MEMORY_MB_PER_GB = 1024
-# Per allocation table: (price table resource type, index of the amount, divisor to its unit).
-_MEASURES: dict[str, tuple[tuple[str, int, int], ...]] = {
+Measure = tuple[str, int, int]
+"""Price table resource type, index of the amount, divisor to its unit."""
+_MEASURES: dict[str, tuple[Measure, ...]] = {
     "host": (("physical:host", 0, 1),),
     "instance": (
         ("virtual:instance:vcpu", 0, 1),
         ("virtual:instance:memory_gb", 1, _MEMORY_MB_PER_GB),
     ),
     "volume": (("virtual:volume", 0, 1),),
-    **{kind.kind: ((kind.resource_type, 0, 1),) for kind in KINDS},
 }
 _ONE = dt.timedelta(microseconds=1)
 _QUOTES: weakref.WeakKeyDictionary[Lease, Decimal] = weakref.WeakKeyDictionary()
+
+
+def measures(resource_types: Mapping[str, ResourceType]) -> dict[str, tuple[Measure, ...]]:
+    """What an allocation counts, per allocation table (``billing.Held.table``): an item is one
+    of its kind's resource type."""
+    items = item_kinds(resource_types).values()
+    return _MEASURES | {kind.kind: ((kind.resource_type, 0, 1),) for kind in items}
 
 
 @functools.lru_cache(maxsize=8)
@@ -85,7 +93,9 @@ def quote(
         for table, found in ids.items()
     }
     return pricing.quote(
-        price_table(ctx), ctx.settings.credits_factor_property, _uses(held, props, until)
+        price_table(ctx),
+        ctx.settings.credits_factor_property,
+        _uses(held, props, until, measures(ctx.resource_types)),
     )
 
 
@@ -130,11 +140,12 @@ def _uses(
     held: Iterable[credit_rows.Holding],
     props: Mapping[str, Mapping[int, Mapping[str, str]]],
     until: dt.datetime | None,
+    counted: Mapping[str, tuple[Measure, ...]],
 ) -> Iterable[Use]:
     for h in held:
         end = h.end if until is None else min(h.end, until)
         span = max(0, (end - h.start) // _ONE)
-        for resource_type, index, divisor in _MEASURES.get(h.table, ()):
+        for resource_type, index, divisor in counted.get(h.table, ()):
             units = Decimal(h.amounts[index]) / divisor
             yield Use(resource_type, props[h.table].get(h.resource, {}), units, span)
 

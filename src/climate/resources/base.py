@@ -90,6 +90,12 @@ class ResourceType(abc.ABC):
         """Identifiers of the allocated resources, as the backend knows them."""
 
 
+def in_request(index: int, bad: InvalidInput) -> InvalidInput:
+    """``bad`` said of the ``index``-th reservation of a request: ``reservations[2].pool``."""
+    problem = str(bad).removeprefix(f"{bad.field}: ")
+    return InvalidInput(f"reservations[{index}].{bad.field}", problem)
+
+
 def int_field(raw: Mapping[str, Any], key: str, field: str, *, minimum: int) -> int:
     """An integer from ``minimum`` to ``inputs.MAX_INT``, given as a number or an integer-like
     string (the blazar CLI sends strings)."""

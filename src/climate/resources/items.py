@@ -1,17 +1,21 @@
-"""Whole items reserved exclusively over time: devices, network segments, floating IPs.
+"""Whole items reserved exclusively over time: devices, network segments, floating IPs, and
+any item type a plugin adds.
 
 Each kind is a row type of the one ``items`` table (``db/items.py``) with its own in-memory
 calendar over ``item_allocations`` and its own inventory cache; choosing among free items is the
-hosts' best fit (``planner.hosts.choose_hosts`` works on any integer ids).
+hosts' best fit (``planner.hosts.choose_hosts`` works on any integer ids). An ``ItemType``
+subclass with its ``Kind``, registered in the ``climate.resources`` entry points, gets its
+inventory routes, its services and its place in the document from the API (``item_kinds``).
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import datetime as dt
 import ipaddress
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +27,9 @@ from climate import inputs
 from climate.db import hosts as host_rows
 from climate.db import items as item_rows
 from climate.db.calendar_cache import CalendarCache
-from climate.db.tables import Reservation
+from climate.db.tables import PROPERTY_VALUE_LENGTH, Reservation
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
+from climate.planner.availability import HostPlacer, HostRequest, SearchRange
 from climate.planner.calendar import HostSet
 from climate.planner.hosts import HostDemand, HostsView, choose_hosts
 from climate.planner.query import parse_query
@@ -32,13 +37,22 @@ from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
     before_end_field,
+    in_request,
     int_field,
     merged_fields,
     policy_fields,
     query_field,
     text_field,
 )
-from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
+from climate.resources.wire_fields import (
+    COUNT,
+    INTEGER_STRING,
+    POSITIVE,
+    QUERY,
+    STRING,
+    Schema,
+    WireFields,
+)
 
 MAX_REMEMBERED_QUERIES = 1024
 MAX_SEGMENT_ID = 2**24 - 1
@@ -59,20 +73,37 @@ def _segment(field_name: str, value: object) -> str:
     return str(inputs.integer(field_name, value, minimum=1, maximum=MAX_SEGMENT_ID))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Kind:
-    """How one kind of item looks on the wire: which fields hold its pool and its name."""
+    """One kind of item: its rows in ``items``, its inventory's routes and how its items look on
+    the wire. An ``ItemType`` declares its own; nothing outside ``resources/`` names one."""
 
     kind: str
     """``items.kind``."""
     resource_type: str
     singular: str
     plural: str
+    path: str
+    """Its inventory's path under /v1, which is also the key of its list."""
+    key: str
+    """The key of one item in an answer (``{"device": {...}}``)."""
+    model: str
+    """The name of its models in the API's document (``Device``, ``DeviceCreate``, ...)."""
+    rules: str
+    """The prefix of its policy rules (``…:get``, ``…:post``, ``…:put``, ``…:delete``,
+    ``…:get_allocations``)."""
     name_field: str
     """The wire field stored in ``items.name`` (unique within the pool)."""
     check_name: Callable[[str, object], str]
+    fields: Mapping[str, Schema] = field(hash=False)
+    """JSON schemas of the fields a new item is registered with, for the document: its pool and
+    name fields, and the extra properties it is known by."""
+    example: Mapping[str, Any] = field(hash=False)
+    """A new item, for the document."""
     pool_field: str | None = None
     """The wire field stored in ``items.pool`` (None: the kind has no pools)."""
+    pool_required: bool = False
+    """A new item must name its pool."""
     required: tuple[str, ...] = ()
     """Extra properties every item of the kind must have."""
     columns: tuple[str, ...] = field(init=False)
@@ -92,27 +123,67 @@ class Kind:
         return found
 
 
-DEVICES = Kind("device", "device", "device", "devices", "name", text_field)
+NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 255}
+PROPERTY: Schema = {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH}
+DEVICES = Kind(
+    kind="device",
+    resource_type="device",
+    singular="device",
+    plural="devices",
+    path="devices",
+    key="device",
+    model="Device",
+    rules="blazar:devices",
+    name_field="name",
+    check_name=text_field,
+    fields={"name": NAME},
+    example={"name": "gpu-0", "model": "a100"},
+)
 NETWORKS = Kind(
-    "network",
-    "network",
-    "network segment",
-    "network segments",
-    "segment_id",
-    _segment,
+    kind="network",
+    resource_type="network",
+    singular="network segment",
+    plural="network segments",
+    path="networks",
+    key="network",
+    model="Network",
+    rules="blazar:networks",
+    name_field="segment_id",
+    check_name=_segment,
+    fields={
+        "segment_id": {
+            "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_SEGMENT_ID}, INTEGER_STRING]
+        },
+        "physical_network": {"type": "string", "maxLength": 255},
+        "network_type": STRING,
+    },
+    example={"network_type": "vlan", "physical_network": "physnet1", "segment_id": 100},
     pool_field="physical_network",
     required=("network_type",),
 )
 FLOATING_IPS = Kind(
-    "floatingip",
-    "virtual:floatingip",
-    "floating IP",
-    "floating IPs",
-    "floating_ip_address",
-    _address,
+    kind="floatingip",
+    resource_type="virtual:floatingip",
+    singular="floating IP",
+    plural="floating IPs",
+    path="floatingips",
+    key="floatingip",
+    model="FloatingIP",
+    rules="blazar:floatingips",
+    name_field="floating_ip_address",
+    check_name=_address,
+    fields={
+        "floating_network_id": NAME,
+        "floating_ip_address": {"type": "string", "description": "an IPv4 or IPv6 address"},
+        "subnet_id": PROPERTY,
+    },
+    example={
+        "floating_network_id": "1e17587e-a7ed-4b82-a17b-4beb32523e28",
+        "floating_ip_address": "172.24.4.101",
+    },
     pool_field="floating_network_id",
+    pool_required=True,
 )
-KINDS = (DEVICES, NETWORKS, FLOATING_IPS)
 
 
 class ItemInventory:
@@ -236,6 +307,37 @@ class ItemType(ResourceType):
                 f"match, {free} free for the whole window {window}"
             )
 
+    @contextlib.contextmanager
+    def searching(
+        self,
+        session: Session,
+        reservations: Sequence[tuple[int, Mapping[str, Any]]],
+        search: SearchRange,
+    ) -> Iterator[HostPlacer]:
+        """An availability search for validated reservations (position in the request,
+        parameters), over the calendar as committed, held still until the search is done.
+
+        :raises InvalidInput: a reservation names what does not exist (``reservations[i]....``).
+        """
+        with self.calendar.reading(session) as calendar:
+            requests = []
+            for index, params in reservations:
+                try:
+                    wanted = self.demand(session, params)
+                except InvalidInput as bad:
+                    raise in_request(index, bad) from None
+                requests.append(
+                    HostRequest(
+                        index,
+                        wanted.candidates,
+                        wanted.min,
+                        wanted.max,
+                        wanted.required,
+                        reducible="min" in params,
+                    )
+                )
+            yield HostPlacer(calendar, requests, search)
+
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
         if all(a.end_date <= at for a in reservation.item_allocations):
             return
@@ -244,6 +346,11 @@ class ItemType(ResourceType):
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
         return [str(a.item_id) for a in reservation.item_allocations]
+
+
+def item_kinds(types: Mapping[str, ResourceType]) -> dict[str, Kind]:
+    """The kinds of the item types among ``types``, by resource type name, in their order."""
+    return {name: t.kind for name, t in types.items() if isinstance(t, ItemType)}
 
 
 class DeviceType(ItemType):

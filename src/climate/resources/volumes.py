@@ -8,8 +8,9 @@ the least room in. A running reservation stays in its pool (its volumes exist th
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -19,7 +20,16 @@ from climate.db import volumes as volume_rows
 from climate.db.tables import Reservation, VolumePool
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput, NotEnoughCapacity
+from climate.planner.availability import SearchRange
+from climate.planner.calendar import moment
 from climate.planner.capacity import Pool, choose_pool
+from climate.planner.capacity_search import (
+    AmountTimeline,
+    StoragePool,
+    VolumePlacer,
+    VolumeRequest,
+    volume_timeline,
+)
 from climate.planner.query import parse_query
 from climate.resources.base import (
     POLICY_FIELDS,
@@ -43,6 +53,31 @@ def pool_properties(pool: VolumePool) -> dict[str, str | int | None]:
     found: dict[str, str | int | None] = {p.name: p.value for p in pool.properties}
     found.update(name=pool.name, capacity_gb=pool.capacity_gb)
     return found
+
+
+def _storage_pools(
+    session: Session, pool: str | None, resource_properties: str, start: int, end: int
+) -> list[StoragePool]:
+    """The reservable pools named ``pool`` (any, for None) matching the query, with what is
+    held in each over [start, end) (seconds)."""
+    query = parse_query("resource_properties", resource_properties)
+    matching = [
+        p
+        for p in volume_rows.reservable(session)
+        if (pool is None or p.name == pool) and query.matches(pool_properties(p))
+    ]
+    uses = volume_rows.uses(
+        session, [p.id for p in matching], moment(start), moment(end), other_than=""
+    )
+    return [
+        StoragePool(
+            p.id,
+            p.name,
+            p.capacity_gb,
+            [(s.timestamp(), e.timestamp(), gb) for s, e, gb in uses[p.id]],
+        )
+        for p in matching
+    ]
 
 
 class VolumeType(ResourceType):
@@ -138,6 +173,57 @@ class VolumeType(ResourceType):
             session, reservation.id, reservation.lease_id, fit.pool.id, need, start, end
         )
         set_committed_value(reservation, "volume_allocations", [row])
+
+    @contextlib.contextmanager
+    def searching(
+        self,
+        session: Session,
+        reservations: Sequence[tuple[int, Mapping[str, Any]]],
+        search: SearchRange,
+    ) -> Iterator[VolumePlacer]:
+        """An availability search for validated reservations (position in the request,
+        parameters), over the pools and their uses as committed.
+
+        :raises InvalidInput: an unknown pool, or more than any matching pool holds
+            (``reservations[i].pool``, ``reservations[i].size_gb``).
+        """
+        pools: dict[int, StoragePool] = {}
+        requests = []
+        names = {p.name for p in volume_rows.reservable(session)}
+        for index, params in reservations:
+            named = params["pool"]
+            if named is not None and named not in names:
+                raise InvalidInput(
+                    f"reservations[{index}].pool", f"no reservable volume pool named {named!r}"
+                )
+            found = _storage_pools(
+                session, named, params["resource_properties"], search.start, search.end
+            )
+            need = params["size_gb"] * params["amount"]
+            largest = max((p.capacity for p in found), default=need)
+            if need > largest:
+                raise InvalidInput(
+                    f"reservations[{index}].size_gb",
+                    f"{params['amount']} x {params['size_gb']} GB = {need} GB is more than any "
+                    f"matching pool can hold (the largest holds {largest} GB)",
+                )
+            pools.update((p.id, p) for p in found)
+            requests.append(VolumeRequest(index, tuple(p.id for p in found), need))
+        yield VolumePlacer(list(pools.values()), requests, search)
+
+    def timeline(
+        self,
+        session: Session,
+        pool: str | None,
+        resource_properties: str,
+        start: int,
+        bucket: int,
+        count: int,
+    ) -> AmountTimeline:
+        """Free GB per bucket (seconds) in the pools named ``pool`` (any, for None) matching
+        the query."""
+        pools = _storage_pools(session, pool, resource_properties, start, start + bucket * count)
+        return volume_timeline(pools, start, bucket, count)
 
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
         if all(a.end_date <= at for a in reservation.volume_allocations):

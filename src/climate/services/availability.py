@@ -19,7 +19,6 @@ from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.fairshare import admission as fairshare
 from climate.planner.availability import SearchRange, Window, earliest, timeline
-from climate.planner.capacity_search import volume_timeline
 from climate.planner.instance_search import instance_timeline
 from climate.planner.instances import Size
 from climate.planner.query import parse_query
@@ -29,12 +28,7 @@ from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
 from climate.resources.items import ItemType
 from climate.resources.volumes import VolumeType
-from climate.services.placing import (
-    instance_space,
-    placers,
-    searchable,
-    storage_pools,
-)
+from climate.services.placing import instance_space, placers, searchable
 
 RULE = "climate:availability:get"
 NAMES_RULE = "blazar:oshosts:get"
@@ -286,10 +280,9 @@ class AvailabilityService:
                 partly=found.partly.tolist(),
             )
         if isinstance(rtype, VolumeType):
-            pools = storage_pools(
-                session, query.pool, query.resource_properties, first, first + bucket * count
+            shared = rtype.timeline(
+                session, query.pool, query.resource_properties, first, bucket, count
             )
-            shared = volume_timeline(pools, first, bucket, count)
         elif isinstance(rtype, InstanceType) and size is not None:
             hosts = self.ctx.resource_types[HOST_TYPE]
             assert isinstance(hosts, PhysicalHostType)

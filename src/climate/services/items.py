@@ -1,5 +1,5 @@
-"""Inventory use cases for devices, network segments and floating IPs: create, list, show,
-update, delete, allocations. One service per kind, all over the ``items`` table."""
+"""Inventory use cases for the item kinds (devices, network segments, floating IPs, ...): create,
+list, show, update, delete, allocations. One service per kind, all over the ``items`` table."""
 
 from __future__ import annotations
 
@@ -22,13 +22,6 @@ from climate.resources.base import text_field
 from climate.resources.items import Kind
 from climate.services import inventory
 
-RULES = {
-    "device": "blazar:devices",
-    "network": "blazar:networks",
-    "floatingip": "blazar:floatingips",
-}
-"""The policy rule prefix of each kind, as Blazar names them."""
-
 
 @dataclass(frozen=True)
 class ItemAllocations:
@@ -40,7 +33,7 @@ class ItemService:
     def __init__(self, ctx: ServiceContext, kind: Kind) -> None:
         self.ctx = ctx
         self.kind = kind
-        self.rules = RULES[kind.kind]
+        self.rules = kind.rules
 
     def create(self, actor: Actor, fields: Mapping[str, Any]) -> Item:
         """Register an item: its pool and name fields, ``reservable``, and extra properties."""
@@ -51,7 +44,7 @@ class ItemService:
         pool = ""
         if kind.pool_field is not None:
             value = rest.pop(kind.pool_field, None)
-            if value is not None or kind.kind == "floatingip":
+            if value is not None or kind.pool_required:
                 pool = text_field(kind.pool_field, value)
         usable = inventory.reservable(rest)
         properties = inventory.properties(rest, creating=True)

@@ -1,11 +1,12 @@
-"""What the availability search reads for each resource type: the planner's placers
-(``planner/availability.py``, ``planner/instance_search.py``,
-``planner/capacity_search.py``) built from the calendars, inventories and
-allocations as committed, in a reader session (docs/availability.md).
+"""The availability search's placers (``planner/availability.py``,
+``planner/instance_search.py``, ``planner/capacity_search.py``), one per resource type of a
+request, over the calendars, inventories and allocations as committed, in a reader session
+(docs/availability.md).
 
-Whole hosts and instances exclude each other, so when a request holds instances, its whole-host
-reservations are searched with them by one ``ComputePlacer``; every other type is searched on
-its own and the search intersects them.
+Each resource type builds its own (``Searchable``: hosts, items, volumes, a plugin's type), but
+instances: whole hosts and instances exclude each other, so when a request holds instances, its
+whole-host reservations are searched with them by one ``ComputePlacer``, built here. The search
+intersects the placers.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
-from climate.db import volumes as volume_rows
 from climate.errors import Conflict, InvalidInput
-from climate.planner.availability import HostPlacer, HostRequest, Placer, SearchRange
+from climate.planner.availability import HostRequest, Placer, SearchRange
 from climate.planner.calendar import Calendar, HostSet, moment
-from climate.planner.capacity_search import StoragePool, VolumePlacer, VolumeRequest
 from climate.planner.instance_search import (
     ComputePlacer,
     InstanceHost,
@@ -32,12 +31,9 @@ from climate.planner.instance_search import (
     whole_spans,
 )
 from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible
-from climate.planner.query import parse_query
-from climate.resources.base import ResourceType
+from climate.resources.base import ResourceType, in_request
 from climate.resources.hosts import PhysicalHostType
 from climate.resources.instances import InstanceType
-from climate.resources.items import ItemType
-from climate.resources.volumes import VolumeType, pool_properties
 
 HOSTS = PhysicalHostType.name
 INSTANCES = InstanceType.name
@@ -49,7 +45,9 @@ Members = Sequence[tuple[int, Mapping[str, Any]]]
 
 @runtime_checkable
 class Searchable(Protocol):
-    """A resource type (a plugin) that builds its own placer for an availability search."""
+    """A resource type that builds its own placer for an availability search: every one but
+    instances (searched with whole hosts, as they exclude each other). Its ``searching`` raises
+    ``InvalidInput`` naming ``reservations[<position>].<field>``."""
 
     def searching(
         self, session: Session, reservations: Members, search: SearchRange
@@ -58,7 +56,7 @@ class Searchable(Protocol):
 
 def searchable(rtype: ResourceType) -> bool:
     """Whether reservations of ``rtype`` can be searched for."""
-    return isinstance(rtype, PhysicalHostType | InstanceType | ItemType | VolumeType | Searchable)
+    return isinstance(rtype, InstanceType | Searchable)
 
 
 @contextlib.contextmanager
@@ -83,12 +81,6 @@ def placers(
                 found.append(
                     _compute(types, stack, session, by_type.get(HOSTS, ()), members, search)
                 )
-            elif isinstance(rtype, ItemType):
-                calendar = stack.enter_context(rtype.calendar.reading(session))
-                requests = [_item_request(rtype, session, i, params) for i, params in members]
-                found.append(HostPlacer(calendar, requests, search))
-            elif isinstance(rtype, VolumeType):
-                found.append(_volumes(session, members, search))
             elif isinstance(rtype, Searchable):
                 found.append(stack.enter_context(rtype.searching(session, members, search)))
             else:
@@ -97,22 +89,6 @@ def placers(
                     f"availability of {name} cannot be searched",
                 )
         yield found
-
-
-def _item_request(
-    rtype: ItemType, session: Session, index: int, params: Mapping[str, Any]
-) -> HostRequest:
-    try:
-        wanted = rtype.demand(session, params)
-    except InvalidInput as bad:
-        raise InvalidInput(f"reservations[{index}].{bad.field}", _problem(bad)) from None
-    return HostRequest(
-        index, wanted.candidates, wanted.min, wanted.max, wanted.required, "min" in params
-    )
-
-
-def _problem(bad: InvalidInput) -> str:
-    return str(bad).removeprefix(f"{bad.field}: ")
 
 
 def _compute(
@@ -172,7 +148,7 @@ def _check_possible(
     try:
         check_possible(demand, matching)
     except InvalidInput as bad:
-        raise InvalidInput(f"reservations[{request.index}].{bad.field}", _problem(bad)) from None
+        raise in_request(request.index, bad) from None
     except Conflict as conflict:  # affinity: more than one host's worth
         raise InvalidInput(f"reservations[{request.index}].amount", str(conflict)) from None
 
@@ -200,54 +176,3 @@ def instance_space(
         (use_position, use_starts, use_ends, sizes.reshape(-1, 3)),
         LOOKAROUND,
     )
-
-
-def storage_pools(
-    session: Session, pool: str | None, resource_properties: str, start: int, end: int
-) -> list[StoragePool]:
-    """The reservable pools named ``pool`` (any, for None) matching the query, with what is
-    held in each over [start, end)."""
-    query = parse_query("resource_properties", resource_properties)
-    matching = [
-        p
-        for p in volume_rows.reservable(session)
-        if (pool is None or p.name == pool) and query.matches(pool_properties(p))
-    ]
-    uses = volume_rows.uses(
-        session, [p.id for p in matching], moment(start), moment(end), other_than=""
-    )
-    return [
-        StoragePool(
-            p.id,
-            p.name,
-            p.capacity_gb,
-            [(s.timestamp(), e.timestamp(), gb) for s, e, gb in uses[p.id]],
-        )
-        for p in matching
-    ]
-
-
-def _volumes(session: Session, members: Members, search: SearchRange) -> VolumePlacer:
-    pools: dict[int, StoragePool] = {}
-    requests = []
-    names = {p.name for p in volume_rows.reservable(session)}
-    for index, params in members:
-        named = params["pool"]
-        if named is not None and named not in names:
-            raise InvalidInput(
-                f"reservations[{index}].pool", f"no reservable volume pool named {named!r}"
-            )
-        found = storage_pools(
-            session, named, params["resource_properties"], search.start, search.end
-        )
-        need = params["size_gb"] * params["amount"]
-        largest = max((p.capacity for p in found), default=need)
-        if need > largest:
-            raise InvalidInput(
-                f"reservations[{index}].size_gb",
-                f"{params['amount']} x {params['size_gb']} GB = {need} GB is more than any "
-                f"matching pool can hold (the largest holds {largest} GB)",
-            )
-        pools.update((p.id, p) for p in found)
-        requests.append(VolumeRequest(index, tuple(p.id for p in found), need))
-    return VolumePlacer(list(pools.values()), requests, search)

@@ -14,7 +14,7 @@ from climate.db import timeline as rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
 from climate.resources.hosts import PhysicalHostType
-from climate.resources.items import KINDS
+from climate.resources.items import item_kinds
 from climate.resources.volumes import VolumeType
 from climate.services.availability import NAMES_RULE
 from climate.services.availability import RULE as AVAILABILITY_RULE
@@ -22,9 +22,6 @@ from climate.services.availability import RULE as AVAILABILITY_RULE
 LEASE_RULE = "blazar:leases:get"
 HOST_TYPE = PhysicalHostType.name
 VOLUME_TYPE = VolumeType.name
-ITEM_KINDS = {kind.resource_type: kind.kind for kind in KINDS}
-RESOURCE_TYPES = (HOST_TYPE, *ITEM_KINDS, VOLUME_TYPE)
-"""What a timeline shows rows of; instances are drawn on their hosts."""
 DEFAULT_SPAN = dt.timedelta(days=14)
 
 
@@ -57,6 +54,9 @@ class TimelineData:
 class TimelineService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
+        self.kinds = item_kinds(ctx.resource_types)
+        self.resource_types = (HOST_TYPE, *self.kinds, VOLUME_TYPE)
+        """What a timeline shows rows of; instances are drawn on their hosts."""
 
     def timeline(
         self,
@@ -72,8 +72,9 @@ class TimelineService:
             than ``availability_max_days``.
         """
         self.ctx.policy.enforce(actor, AVAILABILITY_RULE, actor.owner())
-        if resource_type not in RESOURCE_TYPES:
-            raise InvalidInput("resource_type", f"must be one of {', '.join(RESOURCE_TYPES)}")
+        if resource_type not in self.resource_types:
+            offered = ", ".join(self.resource_types)
+            raise InvalidInput("resource_type", f"must be one of {offered}")
         now = self.ctx.clock.now()
         start = now if start is None else start
         end = start + DEFAULT_SPAN if end is None else end
@@ -92,7 +93,7 @@ class TimelineService:
                 resources = rows.volume_pools(session)
                 found = rows.volume_allocations(session, start, end)
             else:
-                kind = ITEM_KINDS[resource_type]
+                kind = self.kinds[resource_type].kind
                 resources = rows.items(session, kind)
                 found = rows.item_allocations(session, kind, start, end)
         scope, own = self._readable(actor)

@@ -21,26 +21,14 @@ from climate.context import ServiceContext
 from climate.db import billing as usage_rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
+from climate.fairshare.credits import measures
 from climate.pricing import PriceTable
-from climate.resources.items import KINDS
 
 PERIODS = ("day", "month")
 _MICROSECONDS_PER_HOUR = 3_600_000_000
-_MEMORY_MB_PER_GB = 1024
 _ONE = dt.timedelta(microseconds=1)
 HOURS = Decimal("0.000001")
 """Unit-hours are shown to the millionth (amounts are computed from the exact hours)."""
-
-# Per allocation table: (pricing resource type, index of the amount, divisor to its unit).
-_MEASURES: dict[str, tuple[tuple[str, int, int], ...]] = {
-    "host": (("physical:host", 0, 1),),
-    "instance": (
-        ("virtual:instance:vcpu", 0, 1),
-        ("virtual:instance:memory_gb", 1, _MEMORY_MB_PER_GB),
-    ),
-    "volume": (("virtual:volume", 0, 1),),
-    **{kind.kind: ((kind.resource_type, 0, 1),) for kind in KINDS},
-}
 
 
 @dataclass(frozen=True)
@@ -124,6 +112,7 @@ class UsageService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.prices = PriceTable.parse(ctx.settings.prices)
+        self.measures = measures(ctx.resource_types)
 
     def report(self, actor: Actor, asked: Window, project_id: str | None = None) -> Usage:
         """Usage over ``asked`` of ``project_id``, or of the caller's project; an admin who
@@ -163,7 +152,7 @@ class UsageService:
             if h.started is not None:
                 until = min(h.end, h.ended or now)
                 used = _overlap(max(h.start, h.started), until, asked.start, asked.end)
-            for resource_type, index, divisor in _MEASURES.get(h.table, ()):
+            for resource_type, index, divisor in self.measures.get(h.table, ()):
                 rate_key = (resource_type, h.table, h.resource)
                 rate = known.get(rate_key)
                 if rate is None:

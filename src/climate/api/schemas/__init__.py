@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Annotated, Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
@@ -24,7 +24,8 @@ from climate.errors import InvalidInput
 _COMPONENT = "x-climate-component"
 Model = TypeVar("Model", bound=BaseModel)
 BODIES: dict[str, type[BaseModel]] = {}
-"""Every request model a route declares, by name: components of the OpenAPI document."""
+"""Every request model a route declared, by name: components of the OpenAPI document of an app
+that has the route (an app leaves out the inventories of resource types it does not have)."""
 
 REQUEST_DATE: dict[str, Any] = {
     "type": "string",
@@ -125,11 +126,12 @@ def component(name: str) -> dict[str, Any]:
     return {_COMPONENT: name}
 
 
-def schemas(*also: type[BaseModel]) -> dict[str, dict[str, Any]]:
-    """The JSON schemas of every request model, of the models ``also`` and of the models they
-    nest, as components."""
+def schemas(bodies: Collection[str], *also: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """The JSON schemas of the request models named in ``bodies``, of the models ``also`` and of
+    the models they nest, as components."""
     found: dict[str, dict[str, Any]] = {}
-    for model in (*BODIES.values(), *also):
+    declared = [model for name, model in BODIES.items() if name in bodies]
+    for model in (*declared, *also):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         found.update(schema.pop("$defs", {}))
         found[model.__name__] = schema

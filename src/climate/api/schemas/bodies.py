@@ -12,11 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
 from climate.api.schemas import DURATION, REQUEST_DATE, component, nullable
 from climate.api.schemas.hosts import EXTRA_VALUE
-from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH, PROPERTY_VALUE_LENGTH
+from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH
 from climate.domain.lease_rules import MAX_REMINDERS
 from climate.domain.requests import Conflicts
 from climate.domain.status import LeaseType
-from climate.resources.items import DEVICES, FLOATING_IPS, MAX_SEGMENT_ID, NETWORKS, Kind
+from climate.resources.items import Kind
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
 from climate.services.hosts import MAX_INT
 from climate.services.series import MAX_OCCURRENCES, NAME_ROOM
@@ -47,47 +47,23 @@ def _extensible(**extra: Any) -> ConfigDict:
 
 # -- inventories ----------------------------------------------------------------------------
 
-ITEM_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
-    DEVICES.kind: {"name": {"type": "string", "minLength": 1, "maxLength": 255}},
-    NETWORKS.kind: {
-        "segment_id": {
-            "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_SEGMENT_ID}, INTEGER_STRING]
-        },
-        "physical_network": {"type": "string", "maxLength": 255},
-        "network_type": {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH},
-    },
-    FLOATING_IPS.kind: {
-        "floating_network_id": {"type": "string", "minLength": 1, "maxLength": 255},
-        "floating_ip_address": {"type": "string", "description": "an IPv4 or IPv6 address"},
-        "subnet_id": {"type": "string", "maxLength": PROPERTY_VALUE_LENGTH},
-    },
-}
-ITEM_EXAMPLES: dict[str, dict[str, Any]] = {
-    DEVICES.kind: {"name": "gpu-0", "model": "a100"},
-    NETWORKS.kind: {"network_type": "vlan", "physical_network": "physnet1", "segment_id": 100},
-    FLOATING_IPS.kind: {
-        "floating_network_id": "1e17587e-a7ed-4b82-a17b-4beb32523e28",
-        "floating_ip_address": "172.24.4.101",
-    },
-}
-
 
 @cache
-def item_create(kind: Kind, name: str) -> type[BaseModel]:
-    """A new item of ``kind``: its name fields (a segment's physical network is optional, a
-    floating IP's network is not), the extra properties its kind requires, any others."""
-    required = {*kind.columns} if kind is FLOATING_IPS else {kind.name_field}
+def item_create(kind: Kind) -> type[BaseModel]:
+    """A new item of ``kind``: the fields its kind describes (required: the name, the pool if
+    the kind says so, the properties it requires), any other extra properties."""
+    required = {kind.name_field, *kind.required, *(kind.columns if kind.pool_required else ())}
     fields: dict[str, Any] = {
-        field: (Annotated[Any, WithJsonSchema(schema)], ... if field in required else None)
-        for field, schema in ITEM_FIELDS[kind.kind].items()
+        field: (Annotated[Any, WithJsonSchema(dict(schema))], ... if field in required else None)
+        for field, schema in kind.fields.items()
     }
-    fields |= dict.fromkeys(kind.required, (Text, ...))
+    fields |= {key: (Text, ...) for key in kind.required if key not in kind.fields}
     return create_model(
-        f"{name}Create",
+        f"{kind.model}Create",
         __config__=_extensible(
             additionalProperties=EXTRA_VALUE,
             propertyNames=PROPERTY_NAMES,
-            examples=[ITEM_EXAMPLES[kind.kind]],
+            examples=[dict(kind.example)],
         ),
         **fields,
         reservable=(Boolean, None),

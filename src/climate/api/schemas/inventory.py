@@ -17,7 +17,7 @@ from climate.api.schemas.shapes import (
     Stamp,
     Uuid,
 )
-from climate.resources.items import DEVICES, FLOATING_IPS, NETWORKS, Kind
+from climate.resources.items import Kind
 
 
 class Host(Extensible):
@@ -146,16 +146,12 @@ class VolumePools(Record):
     volume_pools: list[VolumePool]
 
 
-ITEM_NAMES = {DEVICES.kind: "Device", NETWORKS.kind: "Network", FLOATING_IPS.kind: "FloatingIP"}
-
-
-def item_models(kind: Kind, plural: str) -> tuple[type[BaseModel], type[BaseModel]]:
-    """A kind's ``{singular: item}`` and ``{plural: [item]}``: its pool and name fields, then
-    the fields every item has, then its extra properties."""
-    name = ITEM_NAMES[kind.kind]
+def item_models(kind: Kind) -> tuple[type[BaseModel], type[BaseModel]]:
+    """A kind's ``{key: item}`` and ``{path: [item]}``: its pool and name fields, then the
+    fields every item has, then its extra properties."""
     columns: dict[str, Any] = dict.fromkeys(kind.columns, (str, ...))
     item = create_model(
-        name,
+        kind.model,
         __base__=Extensible,
         id=(NumericId, ...),
         **columns,
@@ -163,8 +159,8 @@ def item_models(kind: Kind, plural: str) -> tuple[type[BaseModel], type[BaseMode
         created_at=(Stamp, ...),
         updated_at=(Stamp | None, ...),
     )
-    one_field: dict[str, Any] = {plural.removesuffix("s"): (item, ...)}
-    many_field: dict[str, Any] = {plural: (list[item], ...)}  # type: ignore[valid-type]
-    one = create_model(f"{name}Answer", __base__=Record, **one_field)
-    many = create_model(f"{name}s", __base__=Record, **many_field)
+    one_field: dict[str, Any] = {kind.key: (item, ...)}
+    many_field: dict[str, Any] = {kind.path: (list[item], ...)}  # type: ignore[valid-type]
+    one = create_model(f"{kind.model}Answer", __base__=Record, **one_field)
+    many = create_model(f"{kind.model}s", __base__=Record, **many_field)
     return one, many

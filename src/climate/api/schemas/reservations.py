@@ -1,6 +1,6 @@
 """Reservations on the wire, one model per resource type and three per reservation: as asked
 (``…ReservationCreate``), as changed (``…ReservationUpdate``) and as shown (``…Reservation``,
-as ``wire.reservation`` renders it). ``AnyReservation…`` is the union of the installed resource
+as ``wire.reservation`` renders it). ``AnyReservation…`` is the union of the service's resource
 types' models, discriminated by ``resource_type``.
 
 Each resource type supplies its fields (``ResourceType.wire``, resources/wire_fields.py) and
@@ -9,8 +9,8 @@ checks them itself (``validate``, with its messages); these models state them fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema, create_model
@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema, cr
 from climate.api.schemas import nullable
 from climate.api.schemas.shapes import LeaseDate, NumericId, Positive, Record, Stamp, Uuid, one_of
 from climate.domain.status import EndPolicy, ReservationStatus, StartPolicy
-from climate.resources import load_resource_types
 from climate.resources.base import ResourceType
 from climate.resources.wire_fields import WireFields
 
@@ -142,12 +141,12 @@ def _about(description: str | None) -> dict[str, Any]:
     return {} if description is None else {"description": description}
 
 
-@cache
-def unions() -> tuple[type[BaseModel], type[BaseModel], type[BaseModel]]:
-    """``AnyReservationCreate``, ``AnyReservationUpdate`` and ``AnyReservation``: the
-    installed resource types' models (discriminated by ``resource_type`` where it is required)."""
-    installed = load_resource_types()
-    found = [models_of(t, t.wire) for _, t in sorted(installed.items()) if t.wire is not None]
+def unions(
+    resource_types: Mapping[str, ResourceType],
+) -> tuple[type[BaseModel], type[BaseModel], type[BaseModel]]:
+    """``AnyReservationCreate``, ``AnyReservationUpdate`` and ``AnyReservation``: the models of
+    ``resource_types`` (discriminated by ``resource_type`` where it is required)."""
+    found = [models_of(t, t.wire) for _, t in sorted(resource_types.items()) if t.wire is not None]
     creates = Union[tuple(m.create for m in found)]  # type: ignore[valid-type]  # noqa: UP007
     updates = Union[tuple(m.update for m in found)]  # type: ignore[valid-type]  # noqa: UP007
     shown = Union[tuple(m.shown for m in found)]  # type: ignore[valid-type]  # noqa: UP007

@@ -14,7 +14,6 @@ import abc
 import contextlib
 import datetime as dt
 import ipaddress
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,6 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from climate import inputs
-from climate.db import hosts as host_rows
 from climate.db import items as item_rows
 from climate.db.calendar_cache import CalendarCache
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Reservation
@@ -32,7 +30,6 @@ from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
 from climate.planner.availability import HostPlacer, HostRequest, SearchRange
 from climate.planner.calendar import HostSet
 from climate.planner.hosts import HostDemand, HostsView, choose_hosts
-from climate.planner.query import parse_query
 from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
@@ -44,6 +41,7 @@ from climate.resources.base import (
     query_field,
     text_field,
 )
+from climate.resources.item_inventory import ItemInventory
 from climate.resources.wire_fields import (
     COUNT,
     INTEGER_STRING,
@@ -54,7 +52,6 @@ from climate.resources.wire_fields import (
     WireFields,
 )
 
-MAX_REMEMBERED_QUERIES = 1024
 MAX_SEGMENT_ID = 2**24 - 1
 """The largest VXLAN network identifier (VLAN ids stop at 4094)."""
 MAX_REQUIRED = 1000
@@ -186,41 +183,6 @@ FLOATING_IPS = Kind(
 )
 
 
-class ItemInventory:
-    """This process's copy of the reservable items of one kind, reloaded when the inventory
-    version moves (it covers hosts and items alike); items matching a query are remembered."""
-
-    def __init__(self, kind: Kind) -> None:
-        self.kind = kind
-        self._lock = threading.Lock()
-        self._version = -1
-        self._records: list[item_rows.ItemRecord] = []
-        self._matches: dict[tuple[str, ...], HostSet] = {}
-
-    def matching(self, session: Session, *queries: str, pool: str | None = None) -> HostSet:
-        """The reservable items in ``pool`` (any, for None) matching every query."""
-        version = host_rows.inventory_version(session)
-        key = (pool or "", str(pool is None), *queries)
-        with self._lock:
-            if version != self._version:
-                self._records = item_rows.reservable_records(session, self.kind.kind)
-                self._matches = {}
-                self._version = version
-            found = self._matches.get(key)
-            if found is None:
-                parsed = [parse_query("resource_properties", q) for q in queries]
-                found = HostSet(
-                    (r.id, r.name)
-                    for r in self._records
-                    if (pool is None or r.pool == pool)
-                    and all(q.matches(self.kind.queryable(r)) for q in parsed)
-                )
-                if len(self._matches) > MAX_REMEMBERED_QUERIES:
-                    self._matches.clear()
-                self._matches[key] = found
-            return found
-
-
 @dataclass(frozen=True)
 class ItemDemand:
     """What a reservation asks of one kind: ``min``..``max`` of ``candidates``, among them
@@ -240,7 +202,7 @@ class ItemType(ResourceType):
     kind: Kind
 
     def __init__(self) -> None:
-        self.inventory = ItemInventory(self.kind)
+        self.inventory = ItemInventory(self.kind.kind, self.kind.queryable)
         self.calendar = CalendarCache(item_rows.ItemAllocations(self.kind.kind))
 
     @abc.abstractmethod

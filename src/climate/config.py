@@ -219,13 +219,13 @@ class Settings(BaseSettings):
     """The price table (``climate.pricing``, docs/usage.md): price per unit-hour by resource
     type (``"physical:host" = "1.20"``) or premium by property (``"physical:host[gpu=a100]"``)."""
     usage_max_days: int = Field(400, ge=1)
+    """Longest custom period a usage report may cover."""
     credits: bool = False
     """Credits (docs/credits.md): each lease's quote by the price table is encumbered from its
     project's balance at admission and settled at its end; a project that cannot cover a quote
     is refused (403). Off: nothing is priced at admission."""
     credits_factor_property: str = Field("su_factor", min_length=1, max_length=255)
     """The resource property that multiplies its price in a credits quote (default 1)."""
-    """Longest custom period a usage report may cover."""
 
     @classmethod
     def settings_customise_sources(

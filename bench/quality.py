@@ -365,8 +365,15 @@ def climate(
     wanted = RepackDemand(
         request.start, request.end, request.min, frozenset(matching), closed=closed
     )
-    busy = calendars.busy()
-    repack = plan(wanted, request.arrival, MemoryWorld(calendar, matcher), busy=busy)
+    world = MemoryWorld(calendar, matcher)
+    spans = [o for h in matching for o in world.occupants(h, request.start, request.end)]
+    codes = {rid: code for code, rid in enumerate({o[2] for o in spans})}
+    busy = (
+        np.array([s.timestamp() for s, _, _ in spans], dtype=np.float64),
+        np.array([e.timestamp() for _, e, _ in spans], dtype=np.float64),
+        np.array([codes[rid] for _, _, rid in spans], dtype=np.int64),
+    )
+    repack = plan(wanted, request.arrival, world, busy=busy)
     spent = time.perf_counter() - began
     stats.seconds += spent
     stats.slowest_ms = max(stats.slowest_ms, spent * 1000)

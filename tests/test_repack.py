@@ -20,6 +20,7 @@ import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,9 +28,9 @@ from sqlalchemy import select
 
 from climate.config import Settings
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import HostAllocation, Lease
+from climate.db.tables import Event, HostAllocation, Lease
 from climate.domain.clock import ManualClock
-from climate.domain.status import LeaseStatus
+from climate.domain.status import EventStatus, EventType, LeaseStatus
 from climate.errors import NotEnoughCapacity
 from climate.planner.repack import (
     BUDGET,
@@ -133,10 +134,15 @@ class Case:
     def plan_as_the_service(self) -> Repack | None:
         """As admission calls it: with the candidates' busy spans from the calendar view, and
         ``closed`` when every host is a candidate."""
-        busy = {
-            h: [(s, e) for s, e, _ in self.occupants(h, at(self.start), at(self.end))]
-            for h in self.candidates
-        }
+        spans = [
+            o for h in self.candidates for o in self.occupants(h, at(self.start), at(self.end))
+        ]
+        codes = {rid: code for code, rid in enumerate(sorted({o[2] for o in spans}))}
+        busy = (
+            np.array([s.timestamp() for s, _, _ in spans], dtype=np.float64),
+            np.array([e.timestamp() for _, e, _ in spans], dtype=np.float64),
+            np.array([codes[rid] for _, _, rid in spans], dtype=np.int64),
+        )
         demand = replace(self.demand(), closed=self.candidates == set(self.hosts))
         return plan(demand, at(self.now), self, busy=busy)
 
@@ -518,6 +524,33 @@ def test_service_never_moves_a_started_lease(
             ),
         )
     assert leases.get(ADMIN, a_id).status == LeaseStatus.PENDING
+
+
+def test_service_never_moves_a_lease_a_manager_is_starting(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService
+) -> None:
+    """A plan that would move a lease whose start event another transaction holds (a manager
+    starting it from the hosts it read) is dropped and the search runs again without moving
+    it; once the start is free again, the move is made."""
+    if ctx.db.dialect != "postgresql":
+        pytest.skip("SQLite has one writer: no manager holds an event while admission runs")
+    one, two = zone_hosts(hosts)
+    a_id, _ = layout(leases, T0 + 2 * HOUR)
+    z1 = host_request(
+        "c", T0 + 4 * HOUR, T0 + 10 * HOUR, resource_properties='["==", "$zone", "z1"]'
+    )
+    starting = (
+        select(Event)
+        .where(Event.lease_id == a_id, Event.event_type == EventType.START_LEASE)
+        .with_for_update()
+    )
+    with ctx.db.transaction() as manager:
+        assert manager.scalars(starting).one().status == EventStatus.UNDONE
+        with pytest.raises(NotEnoughCapacity):
+            leases.create(ALICE, z1)
+        assert hosts_of(leases.get(ADMIN, a_id)) == {one}
+    assert hosts_of(leases.create(ALICE, z1)) == {one}
+    assert hosts_of(leases.get(ADMIN, a_id)) == {two}
 
 
 def test_service_update_admitted_by_moving_another_pending_lease(

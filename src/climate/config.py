@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     max_page_size: int = Field(1000, ge=1)
     availability_max_days: int = Field(400, ge=1)
     offer_search_days: int = Field(30, ge=1)
-    reoptimise_budget_ms: float = Field(25.0, ge=0)
+    reoptimise_budget_ms: float = Field(5.0, ge=0)
     """How long admission may search for moves of pending leases once the search has grown past
     a small one (docs/planning.md); 0: only its step budget bounds it."""
     policy_file: str = ""

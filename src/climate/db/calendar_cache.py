@@ -25,7 +25,7 @@ from climate.db import allocations as allocation_rows
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
-from climate.planner.calendar import Calendar, HostSet, Span, seconds
+from climate.planner.calendar import Calendar, FloatArray, HostSet, IntArray, Span, seconds
 from climate.planner.hosts import HostsView
 
 # Allocations that ended this long before the cache was loaded are left out of it.
@@ -227,6 +227,19 @@ class CalendarCache:
         calendar host by host)."""
         self.sync(session)
         return self._calendar.overlapping(host_id, seconds(start), seconds(end))
+
+    def taken(
+        self,
+        session: Session,
+        hosts: HostSet,
+        start: dt.datetime,
+        end: dt.datetime,
+        exclude: Sequence[str] = (),
+    ) -> tuple[FloatArray, FloatArray, IntArray]:
+        """The allocations of ``hosts`` overlapping [start, end), but those of ``exclude``
+        (``Calendar.taken``)."""
+        self.sync(session)
+        return self._calendar.taken(hosts, seconds(start), seconds(end), exclude)
 
     def synced(self, session: Session) -> Calendar:
         """The calendar, synced once for a search that reads many hosts in a row and changes

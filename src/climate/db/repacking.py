@@ -25,6 +25,8 @@ class DatabaseWorld:
     :param reservation_id: the reservation being admitted: its own allocations are being
         replaced, so they are not there.
     :param lease_id: its lease: the other reservations of that lease stay where they are.
+    :param fixed: leases whose start this admission could not hold (``hold_starts``): they
+        stay where they are.
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class DatabaseWorld:
         eligible: Callable[[dict[str, Any]], frozenset[int]],
         reservation_id: str,
         lease_id: str,
+        fixed: Collection[str] = (),
     ) -> None:
         self.session = session
         self.spans = spans
@@ -42,6 +45,7 @@ class DatabaseWorld:
         self.eligible = eligible
         self.reservation_id = reservation_id
         self.lease_id = lease_id
+        self.fixed = fixed
 
     def occupants(self, host: int, start: dt.datetime, end: dt.datetime) -> list[Occupant]:
         return [o for o in self.spans(host, start, end) if o[2] != self.reservation_id]
@@ -69,7 +73,6 @@ class DatabaseWorld:
             )
             for row in self.session.execute(query):
                 rows.setdefault(row[0], []).append(row)
-        waiting = self._hold_starts({group[0][2] for group in rows.values()} - {self.lease_id})
         found = {}
         for rid, group in rows.items():
             _, _, lid, start, end, lease_status, deleted_at, status, params = group[0]
@@ -77,7 +80,8 @@ class DatabaseWorld:
                 lease_status == LeaseStatus.PENDING
                 and status == ReservationStatus.PENDING
                 and deleted_at is None
-                and lid in waiting
+                and lid != self.lease_id
+                and lid not in self.fixed
             )
             found[rid] = Holder(
                 id=rid,
@@ -91,28 +95,30 @@ class DatabaseWorld:
             )
         return found
 
-    def _hold_starts(self, lease_ids: Collection[str]) -> set[str]:
-        """Those of ``lease_ids`` whose start event waits, locked until this admission ends.
 
-        A lease shows PENDING while a manager starts it, from hosts it read before; moving it
-        then would leave it running where it is no longer allocated. So a lease is movable only
-        while this transaction holds its waiting start: no manager can take it meanwhile (they
-        skip locked events), and one that holds it now is skipped here, not waited for.
-        """
-        wanted = sorted(lease_ids)
-        held: set[str] = set()
-        for i in range(0, len(wanted), CHUNK):
-            query = (
-                select(Event.lease_id)
-                .where(
-                    Event.lease_id.in_(wanted[i : i + CHUNK]),
-                    Event.event_type == EventType.START_LEASE,
-                    Event.status == EventStatus.UNDONE,
-                )
-                .with_for_update(skip_locked=True)
+def hold_starts(session: Session, lease_ids: Collection[str]) -> set[str]:
+    """Those of ``lease_ids`` whose start event waits, locked until this admission ends.
+
+    A lease shows PENDING while a manager starts it, from hosts it read before; moving it then
+    would leave it running where it is no longer allocated. So a lease is moved only while this
+    transaction holds its waiting start: no manager can take it meanwhile (they skip locked
+    events), and one that holds it now is skipped here, not waited for. Only the leases a plan
+    moves are held, once it is found: the search reads many more.
+    """
+    wanted = sorted(lease_ids)
+    held: set[str] = set()
+    for i in range(0, len(wanted), CHUNK):
+        query = (
+            select(Event.lease_id)
+            .where(
+                Event.lease_id.in_(wanted[i : i + CHUNK]),
+                Event.event_type == EventType.START_LEASE,
+                Event.status == EventStatus.UNDONE,
             )
-            held.update(self.session.scalars(query))
-        return held
+            .with_for_update(skip_locked=True)
+        )
+        held.update(session.scalars(query))
+    return held
 
 
 Replace = Callable[[str, str, list[int], dt.datetime, dt.datetime], None]

@@ -317,14 +317,31 @@ class Calendar:
     ) -> tuple[IntArray, FloatArray, FloatArray]:
         """The spans of ``hosts`` overlapping [start, end) as three arrays: the host's position
         in ``hosts``, start, end; ordered by position, then start (read-only)."""
+        position, at = self._within(hosts, start, end)
+        return position, self._starts[at], self._ends[at]
+
+    def _within(self, hosts: HostSet, start: float, end: float) -> tuple[IntArray, IntArray]:
+        """The spans of ``hosts`` overlapping [start, end): their host's position in ``hosts``
+        and their index in the arrays."""
         slots = self._slots_of(hosts)
         count = self._count[slots]
         position = np.repeat(np.arange(len(slots), dtype=np.int64), count)
         first = np.cumsum(count) - count
         at = self._offset[slots][position] + np.arange(len(position)) - first[position]
-        starts, ends = self._starts[at], self._ends[at]
-        keep = (starts < end) & (ends > start)
-        return position[keep], starts[keep], ends[keep]
+        keep = (self._starts[at] < end) & (self._ends[at] > start)
+        return position[keep], at[keep]
+
+    def taken(
+        self, hosts: HostSet, start: float, end: float, exclude: Collection[str] = ()
+    ) -> tuple[FloatArray, FloatArray, IntArray]:
+        """The starts, ends and owners (as codes: equal for one owner) of the spans of ``hosts``
+        overlapping [start, end), but those of ``exclude``: what keeps hosts busy in a window,
+        in one pass over all of them."""
+        _, at = self._within(hosts, start, end)
+        excluded = [self._code_of[o] for o in exclude if o in self._code_of]
+        if excluded:
+            at = at[~np.isin(self._owners[at], excluded)]
+        return self._starts[at], self._ends[at], self._owners[at]
 
     def counts(self, hosts: HostSet, start: float, end: float) -> IntArray:
         """How many spans each of ``hosts`` has overlapping [start, end), in their order."""

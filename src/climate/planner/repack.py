@@ -40,6 +40,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from climate.planner.matching import can_match
 
 MAX_MOVES = 12
@@ -64,6 +67,9 @@ UNTIMED = 256
 
 Occupant = tuple[dt.datetime, dt.datetime, str]
 """An allocation of a host: start, end, reservation id."""
+Taken = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]
+"""The allocations of the candidates that overlap the window (``Calendar.taken``): starts and
+ends (seconds since the epoch), and their reservations as codes, equal for one reservation."""
 
 _DEMAND = "\x00demand"  # the new request among the search's reservations
 
@@ -151,14 +157,15 @@ def plan(
     *,
     max_moves: int = MAX_MOVES,
     budget: int = BUDGET,
-    busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]] | None = None,
+    busy: Taken | None = None,
     deadline: float | None = None,
 ) -> Repack | None:
     """Moves of pending, not started reservations that free ``demand.count`` candidates, or
     None if there are none within the bounds.
 
-    :param busy: if the caller has them (``HostCalendar.busy``), the allocations of each
-        candidate overlapping the window: spares reading them again for the quick refusal.
+    :param busy: if the caller has them (``Calendar.taken``), the allocations of the
+        candidates overlapping the window: spares reading them host by host for the quick
+        refusal.
     :param deadline: a ``time.monotonic()`` after which a search past ``UNTIMED`` steps gives
         up, as when it runs out of ``budget`` (None: the budget alone bounds it, and the answer
         depends on nothing but the calendar).
@@ -196,7 +203,7 @@ class _Search:
         now: dt.datetime,
         world: World,
         budget: int,
-        busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]] | None = None,
+        busy: Taken | None = None,
         deadline: float | None = None,
     ) -> None:
         self.demand = demand
@@ -294,18 +301,23 @@ class _Search:
         if d.closed:
             # Whatever is on a candidate can only be on a candidate: count the idle ones.
             if self.busy is not None:
-                spans = [(s, e, 1) for h in d.candidates for s, e in self.busy.get(h, ())]
+                starts, ends, _ = self.busy
+                ones = np.ones(len(starts), dtype=np.int64)
             else:
-                spans = [
-                    (s, e, 1) for h in d.candidates for s, e, _ in self._base(h, d.start, d.end)
-                ]
-            if not _room_everywhere(spans, d):
+                spans = [o for h in d.candidates for o in self._base(h, d.start, d.end)]
+                starts, ends, ones = _arrays([(s, e, 1) for s, e, _ in spans])
+            if not _room_everywhere(starts, ends, ones, d):
                 return False
-        if self.busy is not None and sum(len(b) for b in self.busy.values()) > COUNT_LIMIT:
-            return True  # as below, without reading every candidate again
+        if self.busy is not None:
+            # As below, without reading every candidate again.
+            held_by = len(np.unique(self.busy[2]))
+            if held_by > COUNT_LIMIT or (d.closed and held_by > MATCH_LIMIT):
+                return True
         on = {h: self._base(h, d.start, d.end) for h in sorted(d.candidates)}
         owners = {o[2] for occupants in on.values() for o in occupants}
-        if len(owners) > COUNT_LIMIT:
+        if len(owners) > COUNT_LIMIT or (d.closed and len(owners) > MATCH_LIMIT):
+            # Closed, the count below would be the one above (every movable reservation is
+            # forced onto the candidates); reading them all would only feed the matching.
             return True
         self.learn(owners)
         taken: list[tuple[dt.datetime, dt.datetime, int]] = []
@@ -318,7 +330,7 @@ class _Search:
                 elif holder.eligible | holder.hosts <= d.candidates and rid not in forced:
                     forced.add(rid)
                     taken.append((holder.start, holder.end, len(holder.hosts)))
-        if not _room_everywhere(taken, d):
+        if not _room_everywhere(*_arrays(taken), d):
             return False
         if len(owners) > MATCH_LIMIT:
             return True
@@ -477,23 +489,32 @@ def _cheap_combinations(
     return walk(0, allowance)
 
 
+def _arrays(
+    taken: Sequence[tuple[dt.datetime, dt.datetime, int]],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    starts = np.array([s.timestamp() for s, _, _ in taken], dtype=np.float64)
+    ends = np.array([e.timestamp() for _, e, _ in taken], dtype=np.float64)
+    return starts, ends, np.array([n for _, _, n in taken], dtype=np.int64)
+
+
 def _room_everywhere(
-    taken: Sequence[tuple[dt.datetime, dt.datetime, int]], demand: RepackDemand
+    starts: npt.NDArray[np.float64],
+    ends: npt.NDArray[np.float64],
+    counts: npt.NDArray[np.int64],
+    demand: RepackDemand,
 ) -> bool:
-    """With ``taken`` candidates (start, end, how many) out of play, are ``count`` left at every
-    instant of the window? A sweep: at one instant, releases before takes."""
-    changes: list[tuple[dt.datetime, int]] = []
-    for s, e, n in taken:
-        if s < demand.end and demand.start < e:
-            changes.append((max(s, demand.start), n))
-            changes.append((e, -n))
-    changes.sort()
-    room = len(demand.candidates)
-    for i, (when, delta) in enumerate(changes):
-        if when >= demand.end:
-            break
-        room -= delta
-        last_at_instant = i + 1 == len(changes) or changes[i + 1][0] != when
-        if last_at_instant and room < demand.count:
-            return False
-    return True
+    """With ``counts`` candidates out of play over [starts, ends) (seconds), are
+    ``demand.count`` left at every instant of the window? A sweep, in array operations: at one
+    instant, releases before takes."""
+    begin, finish = demand.start.timestamp(), demand.end.timestamp()
+    inside = (starts < finish) & (ends > begin)
+    starts, ends, counts = starts[inside], ends[inside], counts[inside]
+    if not len(starts):
+        return len(demand.candidates) >= demand.count
+    when = np.concatenate((np.maximum(starts, begin), ends))
+    delta = np.concatenate((counts, -counts))
+    order = np.lexsort((delta, when))
+    when, held = when[order], np.cumsum(delta[order])
+    # What is held once every change of an instant is made, at the instants in the window.
+    last = np.append(when[1:] != when[:-1], True) & (when < finish)
+    return bool(len(demand.candidates) - held[last].max(initial=0) >= demand.count)

@@ -30,7 +30,7 @@ from climate.planner.availability import (
 from climate.planner.calendar import HostSet, moment
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
-from climate.planner.repack import Occupant, RepackDemand, plan
+from climate.planner.repack import Occupant, RepackDemand, Taken, plan
 from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
@@ -108,6 +108,10 @@ class Inventory:
             self._records = host_rows.reservable_records(session, HOST_COLUMNS)
             self._matches = {}
             self._version = version
+
+
+HOLD_ATTEMPTS = 3
+"""Plans tried when leases a plan would move turn out to be starting (``hold_starts``)."""
 
 
 class PhysicalHostType(ResourceType):
@@ -208,7 +212,7 @@ class PhysicalHostType(ResourceType):
             chosen = choose_hosts(demand, calendars)
         except NotEnoughCapacity:
             # Late binding: pending leases may exchange hosts for equivalent ones to make room.
-            busy = calendars.busy()
+            busy = self.calendar.taken(session, matching, start, end, [reservation.id])
             if now is None:
                 raise
             if held:
@@ -233,7 +237,7 @@ class PhysicalHostType(ResourceType):
         demand: HostDemand,
         matching: HostSet,
         now: dt.datetime,
-        busy: Mapping[int, Sequence[tuple[dt.datetime, dt.datetime]]],
+        busy: Taken,
     ) -> bool:
         """Move pending reservations (planner/repack.py) so that ``demand`` fits; False if no
         allowed moves do."""
@@ -263,9 +267,6 @@ class PhysicalHostType(ResourceType):
             found = calendar.counts(which, s.timestamp(), e.timestamp())
             return dict(zip(which.ids.tolist(), found.tolist(), strict=True))
 
-        world = repacking.DatabaseWorld(
-            session, spans, counts, eligible, reservation.id, reservation.lease_id
-        )
         candidates = frozenset(matching.ids.tolist())
         wanted = RepackDemand(
             start=demand.start,
@@ -275,8 +276,21 @@ class PhysicalHostType(ResourceType):
             required=demand.must_keep,
             closed=len(candidates) == len(eligible({})),
         )
-        found = plan(wanted, now, world, busy=busy, deadline=self._reoptimise_deadline())
-        if found is None:
+        deadline = self._reoptimise_deadline()
+        fixed: set[str] = set()
+        for _ in range(HOLD_ATTEMPTS):
+            world = repacking.DatabaseWorld(
+                session, spans, counts, eligible, reservation.id, reservation.lease_id, fixed
+            )
+            found = plan(wanted, now, world, busy=busy, deadline=deadline)
+            if found is None:
+                return False
+            moved = {m.lease_id for m in found.moves}
+            starting = moved - repacking.hold_starts(session, moved)
+            if not starting:
+                break
+            fixed |= starting  # a manager is starting them: plan again without moving them
+        else:
             return False
 
         def replace(rid: str, lid: str, hosts: list[int], s: dt.datetime, e: dt.datetime) -> None:

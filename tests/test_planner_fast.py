@@ -242,6 +242,22 @@ def test_overlapping_spans_are_those_of_the_host_in_the_window(case: Case) -> No
         )
 
 
+@PROPERTY_SETTINGS
+@given(cases())
+def test_taken_is_every_span_of_the_hosts_in_the_window_but_the_excluded(case: Case) -> None:
+    s, e = seconds(case.start), seconds(case.end)
+    starts, ends, owners = case.calendar().taken(HostSet(case.pairs()), s, e, case.exclude)
+    expected = [
+        b.span() for b in case.current() if b.host_id in case.viewed and b.owner not in case.exclude
+    ]
+    expected = [x for x in expected if x.start < e and x.end > s]
+    assert sorted(zip(starts.tolist(), ends.tolist(), strict=True)) == sorted(
+        (x.start, x.end) for x in expected
+    )
+    # One code per owner, different owners different codes.
+    assert len(set(owners.tolist())) == len({x.owner for x in expected})
+
+
 def test_many_changes_on_few_hosts_keep_the_calendar_exact() -> None:
     # Slabs fill up and move many times over; some spans share a start, so dropping one must
     # find it by its owner.

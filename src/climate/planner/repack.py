@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from climate.planner.matching import can_match
+from climate.planner.sweep import as_arrays, most_held
 
 MAX_MOVES = 12
 """Units (one host of one reservation) that one admission may move."""
@@ -300,24 +301,22 @@ class _Search:
         d = self.demand
         if d.closed:
             # Whatever is on a candidate can only be on a candidate: count the idle ones.
-            if self.busy is not None:
-                starts, ends, _ = self.busy
-                ones = np.ones(len(starts), dtype=np.int64)
-            else:
+            if self.busy is None:
                 spans = [o for h in d.candidates for o in self._base(h, d.start, d.end)]
-                starts, ends, ones = _arrays([(s, e, 1) for s, e, _ in spans])
-            if not _room_everywhere(starts, ends, ones, d):
+                starts, ends, _ = as_arrays([(s, e, 1) for s, e, _ in spans])
+            else:
+                starts, ends, _ = self.busy
+            if not _room_everywhere(starts, ends, np.ones(len(starts), dtype=np.int64), d):
                 return False
-        if self.busy is not None:
-            # As below, without reading every candidate again.
+        # Closed, the count below is the one above (every movable reservation is forced onto
+        # the candidates): reading them all would only feed the matching.
+        if self.busy is not None:  # counted without reading every candidate
             held_by = len(np.unique(self.busy[2]))
             if held_by > COUNT_LIMIT or (d.closed and held_by > MATCH_LIMIT):
                 return True
         on = {h: self._base(h, d.start, d.end) for h in sorted(d.candidates)}
         owners = {o[2] for occupants in on.values() for o in occupants}
         if len(owners) > COUNT_LIMIT or (d.closed and len(owners) > MATCH_LIMIT):
-            # Closed, the count below would be the one above (every movable reservation is
-            # forced onto the candidates); reading them all would only feed the matching.
             return True
         self.learn(owners)
         taken: list[tuple[dt.datetime, dt.datetime, int]] = []
@@ -330,7 +329,7 @@ class _Search:
                 elif holder.eligible | holder.hosts <= d.candidates and rid not in forced:
                     forced.add(rid)
                     taken.append((holder.start, holder.end, len(holder.hosts)))
-        if not _room_everywhere(*_arrays(taken), d):
+        if not _room_everywhere(*as_arrays(taken), d):
             return False
         if len(owners) > MATCH_LIMIT:
             return True
@@ -489,32 +488,13 @@ def _cheap_combinations(
     return walk(0, allowance)
 
 
-def _arrays(
-    taken: Sequence[tuple[dt.datetime, dt.datetime, int]],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
-    starts = np.array([s.timestamp() for s, _, _ in taken], dtype=np.float64)
-    ends = np.array([e.timestamp() for _, e, _ in taken], dtype=np.float64)
-    return starts, ends, np.array([n for _, _, n in taken], dtype=np.int64)
-
-
 def _room_everywhere(
     starts: npt.NDArray[np.float64],
     ends: npt.NDArray[np.float64],
     counts: npt.NDArray[np.int64],
     demand: RepackDemand,
 ) -> bool:
-    """With ``counts`` candidates out of play over [starts, ends) (seconds), are
-    ``demand.count`` left at every instant of the window? A sweep, in array operations: at one
-    instant, releases before takes."""
-    begin, finish = demand.start.timestamp(), demand.end.timestamp()
-    inside = (starts < finish) & (ends > begin)
-    starts, ends, counts = starts[inside], ends[inside], counts[inside]
-    if not len(starts):
-        return len(demand.candidates) >= demand.count
-    when = np.concatenate((np.maximum(starts, begin), ends))
-    delta = np.concatenate((counts, -counts))
-    order = np.lexsort((delta, when))
-    when, held = when[order], np.cumsum(delta[order])
-    # What is held once every change of an instant is made, at the instants in the window.
-    last = np.append(when[1:] != when[:-1], True) & (when < finish)
-    return bool(len(demand.candidates) - held[last].max(initial=0) >= demand.count)
+    """With ``counts`` candidates out of play over [starts, ends), are ``demand.count`` left
+    at every instant of the window?"""
+    held = most_held(starts, ends, counts, demand.start.timestamp(), demand.end.timestamp())
+    return len(demand.candidates) - held >= demand.count

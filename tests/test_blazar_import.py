@@ -331,3 +331,35 @@ def test_a_host_nova_no_longer_knows_is_named_and_left_out_only_when_asked(
         assert reservation["missing_resources"] is True and reservation["allocations"] == []
     finally:
         database.dispose()
+
+
+def test_a_lease_whose_name_a_live_climate_lease_of_its_project_holds_is_named_and_left_out(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    from climate.db.tables import Lease
+
+    source = _copy(blazar_db, tmp_path)
+    database = Database(sqlite_url)
+    active = blazar_db.leases[blazar_db.ids["active"]]
+    at = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    try:
+        with database.transaction() as session:
+            session.add(
+                Lease(
+                    name="active-lease",
+                    project_id=active["project_id"],
+                    user_id="u",
+                    start_date=at,
+                    end_date=at + dt.timedelta(hours=1),
+                    status="PENDING",
+                    created_at=at,
+                )
+            )
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        assert (
+            f"lease {blazar_db.ids['active']} (active-lease): project {active['project_id']} has "
+            "a live lease of that name"
+        ) in report.unmappable
+    finally:
+        database.dispose()

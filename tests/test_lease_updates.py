@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 
 import pytest
 
+from climate.db.engine import ADMISSION_LOCK
 from climate.domain.clock import ManualClock
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
 from climate.runtime import build_workers
@@ -154,6 +157,35 @@ def test_name_is_unique_per_project_among_live_leases(
     leases.create(BOB, host_request("same", T0 + HOUR, T0 + 2 * HOUR))  # another project
     leases.delete(ALICE, first.id)
     leases.create(ALICE, host_request("same", T0 + HOUR, T0 + 2 * HOUR))
+
+
+def test_two_admissions_of_one_name_at_once_admit_one_and_refuse_the_other(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    """The name is the database's unique index: on PostgreSQL the second insert of the name
+    waits for the first admission to end, then fails; on SQLite the writers take turns."""
+    add_hosts(hosts, 2)
+    outcomes: list[str] = []
+
+    def create() -> None:
+        try:
+            leases.create(ALICE, host_request("same", T0 + HOUR, T0 + 2 * HOUR))
+            outcomes.append("admitted")
+        except Conflict as refused:
+            outcomes.append(str(refused))
+
+    with ctx.db.transaction(lock=ADMISSION_LOCK):  # both wait, each with its lease row written
+        racers = [threading.Thread(target=create) for _ in range(2)]
+        for racer in racers:
+            racer.start()
+        time.sleep(0.3)
+    for racer in racers:
+        racer.join(timeout=30)
+    assert sorted(outcomes) == [
+        "admitted",
+        f"name: a lease named 'same' already exists in project {ALICE.project_id}",
+    ]
+    assert [lease.name for lease in leases.list_all(ALICE)] == ["same"]
 
 
 def test_ended_lease_cannot_be_changed(

@@ -32,6 +32,28 @@ def test_database_is_at_head_and_upgrade_again_is_a_no_op(db: Database) -> None:
     assert locks == ["admission", "calendar_pruned", "inventory"]
 
 
+def test_the_database_keeps_a_live_lease_name_to_one_lease_of_its_project(db: Database) -> None:
+    def lease(project: str, deleted: dt.datetime | None = None) -> Lease:
+        at = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+        return Lease(
+            name="n",
+            project_id=project,
+            user_id="u",
+            start_date=at,
+            end_date=at,
+            status="PENDING",
+            created_at=at,
+            deleted_at=deleted,
+        )
+
+    with db.transaction() as session:
+        session.add_all(
+            [lease("p"), lease("q"), lease("p", dt.datetime(2029, 1, 1, tzinfo=dt.UTC))]
+        )
+    with pytest.raises(IntegrityError), db.transaction() as session:
+        session.add(lease("p"))
+
+
 def test_postgresql_refuses_overlapping_allocations_of_one_host(pg_url: str) -> None:
     """The exclusion constraint is the last line: even a planner bug cannot double-book."""
     from tests.conftest import T0, _reset_pg

@@ -91,10 +91,12 @@ def read(url: str) -> BlazarRows:
 
 @dataclass(frozen=True)
 class Present:
-    """What of the import Climate has already: lease ids, hosts by name (and their names by
-    id), floating IPs by (network, address), host property settings by name."""
+    """What of the import Climate has already: lease ids, the (project, name) of its live
+    leases, hosts by name (and their names by id), floating IPs by (network, address), host
+    property settings by name."""
 
     lease_ids: set[str]
+    lease_names: set[tuple[str, str]]
     hosts: dict[str, Host]
     host_names: dict[int, str]
     items: dict[tuple[str, str], Item]
@@ -114,7 +116,15 @@ def present(session: Session, lease_ids: Collection[str], item_kind: str) -> Pre
             )
         )
     )
-    return Present(found, hosts, {h.id: name for name, h in hosts.items()}, items, names)
+    live = session.execute(select(Lease.project_id, Lease.name).where(Lease.deleted_at.is_(None)))
+    return Present(
+        found,
+        {(project, name) for project, name in live},
+        hosts,
+        {h.id: name for name, h in hosts.items()},
+        items,
+        names,
+    )
 
 
 def add_inventory(

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import cast as cast_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from climate.db import managers
@@ -188,17 +188,39 @@ _ADD_RESERVATIONS = insert(table_of(Reservation))
 _ADD_EVENTS = insert(table_of(Event))
 
 
+LIVE_NAME = "uq_leases_live_name"
+LIVE_NAME_COLUMNS = "leases.project_id, leases.name"
+"""How SQLite names the index in its error (PostgreSQL gives the index's name)."""
+
+
 def insert_new(session: Session, lease: Lease) -> None:
     """Write a new lease with its reservations and events: one Core insert per table.
+
+    :raises Conflict: the project has a live lease of that name (the database's unique index
+        decides; on PostgreSQL an insert of the same name by a transaction still open waits
+        for it to end).
 
     The objects stay outside the session, as built (every column set): the caller renders them
     without a reload, and the unit of work has nothing to track.
     """
-    session.execute(_ADD_LEASE, [_columns(lease)])
+    try:
+        session.execute(_ADD_LEASE, [_columns(lease)])
+    except IntegrityError as error:
+        if not _name_clash(error):
+            raise
+        raise Conflict(
+            f"name: a lease named {lease.name!r} already exists in project {lease.project_id}"
+        ) from None
     if lease.reservations:
         session.execute(_ADD_RESERVATIONS, [_columns(r) for r in lease.reservations])
     if lease.events:
         session.execute(_ADD_EVENTS, [_columns(e) for e in lease.events])
+
+
+def _name_clash(error: IntegrityError) -> bool:
+    """Whether ``error`` is another live lease of the project holding the name."""
+    constraint = getattr(getattr(error.orig, "diag", None), "constraint_name", None)
+    return constraint == LIVE_NAME or f"{LIVE_NAME_COLUMNS}" in str(error.orig)
 
 
 def _columns(row: Base) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -114,7 +115,15 @@ class ResourceProperty(Timestamped, Base):
 class Lease(Timestamped, Base):
     __tablename__ = "leases"
     __table_args__ = (
-        Index("ix_leases_project", "project_id", "name"),
+        # A live lease's name is its project's own (Blazar's rule): the database keeps it.
+        Index(
+            "uq_leases_live_name",
+            "project_id",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
         Index("ix_leases_status", "status"),
         Index("ix_leases_series", "series_id", "occurrence"),
         Index("ix_leases_project_end", "project_id", "end_date"),

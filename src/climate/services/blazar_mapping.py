@@ -224,9 +224,17 @@ class BlazarMapping:
         required = by(self.source.of("required_floatingips"), "floatingip_reservation_id")
         out: list[Lease] = []
         instance_hosts: set[int] = set()
+        names = set(self.present.lease_names)
         for row in self.source.of("leases"):
             if row["id"] in self.present.lease_ids:
                 self.report.already["leases"] += 1
+                continue
+            name = (row["project_id"] or "", str(row["name"]))
+            if name in names:
+                self.report.unmappable.append(
+                    f"lease {row['id']} ({row['name']}): project {name[0]} has a live lease of "
+                    "that name"
+                )
                 continue
             lease = self._lease(row, events.get(row["id"], []))
             if lease is None:
@@ -245,6 +253,7 @@ class BlazarMapping:
                     instance_hosts.update(a.host_id for a in reservation.instance_allocations)
                 self._count(lease)
                 out.append(lease)
+                names.add(name)
                 continue
             self.report.unmappable.append(
                 f"lease {row['id']} ({row['name']}): left out with its reservations"

@@ -22,7 +22,7 @@ from climate.domain.admission import AdmissionRefused, Admitted, Refused
 from climate.domain.lease_rules import WAITING_TYPES
 from climate.domain.requests import LeaseRequest, ReservationRequest
 from climate.domain.status import LeaseStatus, LeaseType, ReservationStatus
-from climate.errors import Conflict, InvalidInput
+from climate.errors import InvalidInput
 from climate.fairshare import admission as fairshare
 from climate.fairshare import credits
 from climate.services import demand_record as demand
@@ -207,12 +207,11 @@ class Creating(LeaseBase):
             lease.events = new_events(lease, now, checked.reminders)
         # Written with Core inserts and kept outside the session: nothing to flush or reload.
         # These rows are invisible to others until commit, so they go before the admission
-        # lock: only the name check and the capacity decision are serialised.
+        # lock: only the capacity decision is serialised. The name is the unique index's.
         lease_rows.insert_new(session, lease)
         record(session, now, actor, "lease.create", lease, window(lease))
         if "lock_version" not in session.info:
             self.ctx.db.lock(session, ADMISSION_LOCK)
-        self._check_name_free(session, actor, lease)
         book(self.ctx, session, lease.reservations, start, request.end, active=False, now=now)
         fairshare.admit(self.ctx, session, actor, lease, now, "create", dry_run=request.dry_run)
         credits.encumber(self.ctx, session, actor, lease, now, "create", dry_run=request.dry_run)
@@ -231,18 +230,11 @@ class Creating(LeaseBase):
         lease.attempts = 1
         if request.lease_type == LeaseType.RETRY:
             lease.next_attempt_at = now + self._retry_interval
-        self._check_name_free(session, actor, lease)
         lease_rows.insert_new(session, lease)
         record(session, now, actor, "lease.create", lease, window(lease))
         self._notify(session, "lease.create", lease, now)
         self.ctx.events_changed(session, now)
         return lease
-
-    def _check_name_free(self, session: Session, actor: Actor, lease: Lease) -> None:
-        if lease_rows.name_taken(session, actor.project_id, lease.name, other_than=lease.id):
-            raise Conflict(
-                f"name: a lease named {lease.name!r} already exists in project {actor.project_id}"
-            )
 
     def _build(self, actor: Actor, checked: Checked, now: dt.datetime) -> Lease:
         """The new lease as an object outside the session, every column set, PENDING."""

@@ -17,12 +17,17 @@ from tests.conftest import serve
 MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
 
 
+HTTP = httpx.Client(timeout=30.0)
+"""Under the whole suite on two cores a server may take more than httpx's default 5 s to
+answer; how fast it answers is not what these tests are about."""
+
+
 def _faulty(settings: Settings, fault_rate: float) -> Settings:
     return settings.model_copy(update={"backend": "faulty", "fault_rate": fault_rate})
 
 
 def _add_host(url: str) -> None:
-    assert httpx.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+    assert HTTP.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201
 
 
 def _create_lease(url: str, name: str, hours: float = 1.0) -> dict[str, Any]:
@@ -34,7 +39,7 @@ def _create_lease(url: str, name: str, hours: float = 1.0) -> dict[str, Any]:
         "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
         "events": [],
     }
-    response = httpx.post(f"{url}/v1/leases", json=body)
+    response = HTTP.post(f"{url}/v1/leases", json=body)
     assert response.status_code == 201, response.text
     lease: dict[str, Any] = response.json()["lease"]
     return lease
@@ -43,7 +48,7 @@ def _create_lease(url: str, name: str, hours: float = 1.0) -> dict[str, Any]:
 def _wait_status(url: str, lease_id: str, status: str, timeout: float = 15.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        lease: dict[str, Any] = httpx.get(f"{url}/v1/leases/{lease_id}").json()["lease"]
+        lease: dict[str, Any] = HTTP.get(f"{url}/v1/leases/{lease_id}").json()["lease"]
         if lease["status"] == status:
             return lease
         if time.monotonic() > deadline:
@@ -72,7 +77,7 @@ def test_retry_after_the_backend_recovered_starts_the_lease(
 ) -> None:
     lease_id = _lease_in_error(settings, database_url)
     with serve(_faulty(settings, 0.0), database_url) as live:
-        response = httpx.post(f"{live.url}/v1/leases/{lease_id}/retry")
+        response = HTTP.post(f"{live.url}/v1/leases/{lease_id}/retry")
         assert response.status_code == 200, response.text
         retried = response.json()["lease"]
         assert retried["status"] in ("PENDING", "STARTING", "ACTIVE")
@@ -87,7 +92,7 @@ def test_force_end_without_the_backend_frees_the_hosts_of_a_failing_lease(
 ) -> None:
     lease_id = _lease_in_error(settings, database_url)
     with serve(_faulty(settings, 1.0), database_url) as live:
-        response = httpx.post(
+        response = HTTP.post(
             f"{live.url}/v1/leases/{lease_id}/force-end", json={"skip_backend": True}
         )
         assert response.status_code == 200, response.text
@@ -101,7 +106,7 @@ def test_force_end_without_the_backend_frees_the_hosts_of_a_failing_lease(
         assert [r["status"] for r in ended["reservations"]] == ["deleted"]
         # The only host is free again from now on: a new lease gets it.
         _create_lease(live.url, "next")
-        again = httpx.post(f"{live.url}/v1/leases/{lease_id}/force-end", json={})
+        again = HTTP.post(f"{live.url}/v1/leases/{lease_id}/force-end", json={})
         assert again.status_code == 409
         assert "has ended already" in again.json()["error_message"]
 
@@ -113,7 +118,7 @@ def test_force_end_through_the_backend_runs_the_end_event_now(
         _add_host(live.url)
         lease_id = str(_create_lease(live.url, "short-lived", hours=5)["id"])
         _wait_status(live.url, lease_id, "ACTIVE")
-        response = httpx.post(f"{live.url}/v1/leases/{lease_id}/force-end")
+        response = HTTP.post(f"{live.url}/v1/leases/{lease_id}/force-end")
         assert response.status_code == 200, response.text
         assert response.json()["lease"]["status_reason"].startswith("end forced: ended by admin")
         ended = _wait_status(live.url, lease_id, "TERMINATED")
@@ -131,18 +136,18 @@ def test_retry_and_force_end_are_refused_to_members_unknown_and_healthy_leases(
         lease_id = str(_create_lease(live.url, "healthy")["id"])
         _wait_status(live.url, lease_id, "ACTIVE")
         for action in ("retry", "force-end"):
-            refused = httpx.post(f"{live.url}/v1/leases/{lease_id}/{action}", headers=MEMBER)
+            refused = HTTP.post(f"{live.url}/v1/leases/{lease_id}/{action}", headers=MEMBER)
             assert refused.status_code == 403
             assert refused.json()["error_name"] == 403
-            unknown = httpx.post(f"{live.url}/v1/leases/no-such-lease/{action}")
+            unknown = HTTP.post(f"{live.url}/v1/leases/no-such-lease/{action}")
             assert unknown.status_code == 404
             assert unknown.json()["error_message"] == "Lease no-such-lease could not be found"
-        healthy = httpx.post(f"{live.url}/v1/leases/{lease_id}/retry")
+        healthy = HTTP.post(f"{live.url}/v1/leases/{lease_id}/retry")
         assert healthy.status_code == 409
         assert healthy.json()["error_message"] == (
             f"lease {lease_id} is ACTIVE and has no failed event: there is nothing to retry"
         )
-        bad = httpx.post(f"{live.url}/v1/leases/{lease_id}/force-end", json={"skip": True})
+        bad = HTTP.post(f"{live.url}/v1/leases/{lease_id}/force-end", json={"skip": True})
         assert bad.status_code == 400
         assert bad.json()["error_message"].startswith("skip: unknown field")
         assert _wait_status(live.url, lease_id, "ACTIVE")["status"] == "ACTIVE"

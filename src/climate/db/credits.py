@@ -16,6 +16,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from climate.db import raw
 from climate.db.records import CreditBalance, CreditEntry
 from climate.db.tables import (
     HostAllocation,
@@ -36,7 +37,11 @@ _MOVE = (
     .values(balance_cents=_BALANCE + bindparam("d"))
     .returning(_BALANCE)
 )
-_APPEND = LEDGER.insert().returning(LEDGER.c.id)
+_APPEND = (
+    LEDGER.insert()
+    .values({c.name: bindparam(c.name) for c in LEDGER.c if c is not LEDGER.c.id})
+    .returning(LEDGER.c.id)
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,8 @@ def open_account(session: Session, project_id: str) -> None:
 def move(session: Session, project_id: str, delta: int) -> int | None:
     """Add ``delta`` cents to the project's balance unless that would take it below zero (or it
     has no balance row); the balance after, or None (nothing changed)."""
-    found = session.connection().execute(_MOVE, {"p": project_id, "d": delta}).scalar_one_or_none()
-    return None if found is None else int(found)
+    found = raw.rows(session, _MOVE, {"p": project_id, "d": delta})
+    return int(found[0][0]) if found else None
 
 
 def append(session: Session, entry: Entry, balance_cents: int) -> Written:
@@ -98,7 +103,7 @@ def append(session: Session, entry: Entry, balance_cents: int) -> Written:
         "at": entry.at,
         "note": entry.note,
     }
-    new_id = session.connection().execute(_APPEND, row).scalar_one()
+    ((new_id,),) = raw.rows(session, _APPEND, row)
     return Written(int(new_id), entry, balance_cents)
 
 

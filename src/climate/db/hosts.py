@@ -10,6 +10,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
+from climate.db import raw
 from climate.db.allocations import narrowed
 from climate.db.engine import INVENTORY_VERSION
 from climate.db.leases import after_marker, keyset_order
@@ -124,7 +125,8 @@ _INVENTORY_VERSION = select(_LOCKS.version).where(_LOCKS.name == INVENTORY_VERSI
 
 
 def inventory_version(session: Session) -> int:
-    return int(session.execute(_INVENTORY_VERSION).scalar() or 0)
+    found = raw.rows(session, _INVENTORY_VERSION, {})
+    return int(found[0][0] or 0) if found else 0
 
 
 UP = "up"

@@ -1,7 +1,8 @@
-"""Reads on the admission path run below SQLAlchemy's execution: a statement is compiled once
-per dialect and run on the transaction's own DBAPI cursor, its rows plain tuples. For the few
-statements every admission runs where SQLAlchemy's per-execution and per-row work shows in the
-profile (``python -m bench --scenario rules``); everything else goes through SQLAlchemy."""
+"""Statements on the admission path run below SQLAlchemy's execution: a statement is compiled
+once per dialect and run on the transaction's own DBAPI cursor, its rows plain tuples. For the
+few statements every admission runs where SQLAlchemy's per-execution and per-row work shows in
+the profile (``python -m bench --scenario rules``): reads, and writes with ``RETURNING``; no
+ORM autoflush runs before them. Everything else goes through SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def _compiled(statement: ClauseElement, dialect: Dialect) -> _Compiled:
 
 
 def rows(session: Session, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-    """The rows of ``statement`` with ``params``, as tuples, in the session's transaction."""
+    """The rows of ``statement`` (or of its ``RETURNING``) with ``params``, as tuples, in the
+    session's transaction."""
     connection = session.connection()
     compiled, processors = _compiled(statement, connection.dialect)
     values = compiled.construct_params(dict(params))

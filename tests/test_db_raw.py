@@ -1,0 +1,44 @@
+"""Statements run on the DBAPI cursor (``db/raw.py``): the balance update, the ledger row and
+the inventory version read and write what SQLAlchemy's execution did, on both databases."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from climate.db import credits as credit_rows
+from climate.db import hosts as host_rows
+from climate.db.engine import Database
+
+AT = dt.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+
+
+def test_the_balance_moves_only_when_it_stays_at_or_above_zero(db: Database) -> None:
+    with db.transaction() as session:
+        credit_rows.open_account(session, "p")
+        assert credit_rows.move(session, "p", 100) == 100
+        assert credit_rows.move(session, "p", -150) is None
+        assert credit_rows.move(session, "p", -100) == 0
+        assert credit_rows.move(session, "nobody", 1) is None
+    with db.reader() as session:
+        assert credit_rows.balance(session, "p") == 0
+
+
+def test_ledger_rows_read_back_as_written_in_order(db: Database) -> None:
+    entries = [
+        credit_rows.Entry("p", "lease-1", "encumber", -250, 250, "alice", AT, "create"),
+        credit_rows.Entry("p", None, "grant", 1000, 0, "admin", AT + dt.timedelta(hours=1)),
+    ]
+    with db.transaction() as session:
+        written = [credit_rows.append(session, e, 750 + i) for i, e in enumerate(entries)]
+    assert written[0].id < written[1].id
+    with db.reader() as session:
+        assert credit_rows.entries(session, "p", 10) == written
+
+
+def test_the_inventory_version_reads_this_transactions_bump(db: Database) -> None:
+    with db.transaction() as session:
+        before = host_rows.inventory_version(session)
+        host_rows.bump_inventory(session)
+        assert host_rows.inventory_version(session) == before + 1
+    with db.reader() as session:
+        assert host_rows.inventory_version(session) == before + 1

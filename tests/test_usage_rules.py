@@ -264,6 +264,26 @@ def test_stacking(
         assert "would make 3 leases less than 1 hour apart" in str(error)
 
 
+@pytest.mark.parametrize("with_budget", [False, True])
+def test_stacking_follows_the_chain_only_as_far_as_its_window(
+    settings: Settings, db: Database, clock: ManualClock, gpu_hosts: list[int], with_budget: bool
+) -> None:
+    """Three back-to-back leases made before the rule; a fourth after them is judged on the
+    chain within the rule's 2 hours around it (the last two and itself), whether or not a
+    10-day budget makes admission read further back."""
+    seed = LeaseService(context(settings, db, clock))
+    for i, name in enumerate("abc"):
+        seed.create(ALICE, host_request(name, T0 + (i + 1) * H, T0 + (i + 2) * H))
+    stacking = {"name": "stack", "kind": "stacking", "limit": 3, "gap": "1h", "window": "2h"}
+    budget = {"name": "budget", "kind": "budget", "unit": "hosts", "limit": 99, "window": "10d"}
+    rules = (stacking, budget) if with_budget else (stacking,)
+    leases = LeaseService(context(settings, db, clock, *rules))
+    leases.create(ALICE, host_request("d", T0 + 4 * H, T0 + 5 * H))  # b, c, d
+    overlapping = host_request("e", T0 + 4 * H + 30 * M, T0 + 5 * H)  # b, c, d, e
+    error = refused(lambda: leases.create(ALICE, overlapping))
+    assert "would make 4 leases less than 1 hour apart" in str(error)
+
+
 def test_exempt_project_is_admitted_and_the_exemption_recorded(
     settings: Settings, db: Database, clock: ManualClock, gpu_hosts: list[int]
 ) -> None:

@@ -332,7 +332,10 @@ def _decide(rule: Rule, admission: Admission, pool: _Pool) -> Decision | None:
         )
     if not pool.own(rule.scoped):
         return None
-    figure = float(chain(pool.select(rule.scoped, rule.per), admission.lease_id, rule.gap))
+    # Only as far as its own window: the spans read may reach further for another rule.
+    low, high = start - rule.window, end + rule.window
+    near = [s for s in pool.select(rule.scoped, rule.per) if s.start < high and s.end > low]
+    figure = float(chain(near, admission.lease_id, rule.gap))
     return _judge(
         rule,
         figure,

@@ -16,7 +16,7 @@ import pytest
 
 from climate.config import Settings
 from climate.resources import load_resource_types
-from climate.resources.items import ItemType
+from climate.resources.capabilities import Items
 from tests.conftest import LiveServer, serve
 
 MODULE = "climate_toy_widgets"
@@ -31,7 +31,8 @@ from climate.resources.base import (
     policy_fields,
     text_field,
 )
-from climate.resources.items import ItemDemand, ItemType, Kind
+from climate.resources.items import ItemDemand, ItemType
+from climate.resources.kinds import Kind
 from climate.resources.wire_fields import COUNT, POSITIVE, STRING, WireFields
 
 WIDGETS = Kind(
@@ -117,7 +118,7 @@ def test_the_plugin_is_found_through_the_entry_points_and_gone_once_uninstalled(
 ) -> None:
     with installed(tmp_path / "site"):
         widgets = load_resource_types()["toy:widget"]
-        assert isinstance(widgets, ItemType) and widgets.kind.path == "widgets"
+        assert isinstance(widgets, Items) and widgets.kind.path == "widgets"
     assert "toy:widget" not in load_resource_types()
     assert MODULE not in sys.modules
 

@@ -20,7 +20,7 @@ from climate.errors import InvalidInput
 from climate.keystone import Trusts
 from climate.policy import Policy, load_policy
 from climate.resources.base import ResourceType, end_policy_of, start_policy_of
-from climate.resources.items import item_kinds
+from climate.resources.capabilities import item_kinds
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from climate.db import hosts as host_rows
 from climate.db.leases import reminder_offsets
 from climate.db.tables import (
     Event,
@@ -28,9 +29,8 @@ from climate.domain import formats
 from climate.domain.admission import SeriesRefused, UpdateRefused
 from climate.domain.status import EndPolicy
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
-from climate.resources.hosts import HOST_COLUMNS
 from climate.resources.instances import enforcement
-from climate.resources.items import Kind
+from climate.resources.kinds import Kind
 
 if TYPE_CHECKING:
     from climate.domain.admission import (
@@ -249,7 +249,7 @@ def event(row: Event) -> dict[str, Any]:
 
 def host(row: Host) -> dict[str, Any]:
     body: dict[str, Any] = {"id": str(row.id)}
-    body.update({c: getattr(row, c) for c in HOST_COLUMNS})
+    body.update({c: getattr(row, c) for c in host_rows.HOST_COLUMNS})
     body.update(
         {
             # As Blazar shows it: false while the host is down; ``health`` says why.

@@ -47,7 +47,7 @@ from climate.context import ServiceContext
 from climate.domain.admission import AdmissionRefused
 from climate.errors import ClimateError, NotEnoughCapacity, NotEnoughCredits, UsageRuleBroken
 from climate.fairshare.report import UsageService as RulesUsageService
-from climate.resources.items import item_kinds
+from climate.resources.capabilities import item_kinds
 from climate.services.audit import AuditService
 from climate.services.availability import AvailabilityService
 from climate.services.credits import CreditsService

@@ -17,13 +17,13 @@ from climate.api.schemas import body
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.bodies import AvailabilitySearch
 from climate.api.schemas.searches import CapacityTimelineAnswer, Windows
+from climate.db import volumes as volume_rows
 from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
-from climate.resources.instances import InstanceType
-from climate.resources.items import Kind
-from climate.resources.volumes import VolumeType
+from climate.resources.kinds import Kind
 from climate.services.availability import (
     HOST_TYPE,
+    INSTANCE_TYPE,
     AvailabilityQuery,
     Capacity,
     Offer,
@@ -37,8 +37,7 @@ SEARCH_FIELDS = frozenset(
     {"reservations", "duration", "search_start", "search_end", "limit", "step"}
 )
 _CLOCK = re.compile(r"(\d{1,6}):([0-5]\d)")
-INSTANCE_TYPE = InstanceType.name
-VOLUME_TYPE = VolumeType.name
+VOLUME_TYPE = volume_rows.RESOURCE_TYPE
 UNITS = {HOST_TYPE: "hosts", INSTANCE_TYPE: "instances", VOLUME_TYPE: "GB"}
 """What a timeline counts, besides items (their kind's plural)."""
 

@@ -25,7 +25,7 @@ from climate.api.schemas.inventory import (
     allocations,
     item_models,
 )
-from climate.resources.items import Kind
+from climate.resources.kinds import Kind
 from climate.services.items import ItemAllocations, ItemService
 from climate.services.volume_pools import PoolAllocations
 

@@ -27,6 +27,19 @@ from climate.db.tables import (
 )
 
 RESOURCE_TYPE = "physical:host"
+
+HOST_COLUMNS = (
+    "hypervisor_hostname",
+    "service_name",
+    "hypervisor_type",
+    "hypervisor_version",
+    "vcpus",
+    "memory_mb",
+    "local_gb",
+    "cpu_info",
+)
+"""The host columns a ``HostRecord`` carries among its properties."""
+
 # How far around a window we look for neighbouring allocations when scoring fit: a gap longer
 # than this counts as open. Short, so that the scans stay small as the calendar fills.
 LOOKAROUND = dt.timedelta(days=1)

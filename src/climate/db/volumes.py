@@ -22,6 +22,7 @@ from climate.db.tables import (
     table_of,
 )
 
+RESOURCE_TYPE = "virtual:volume"
 SORT_KEYS = ("id", "name", "created_at")
 
 

@@ -25,7 +25,7 @@ from climate.errors import UsageRuleBroken
 from climate.fairshare import external
 from climate.fairshare.consumption import host_facts, needed_types, spans
 from climate.fairshare.rules import Admission, Decision, Rule, Span, evaluate, reach
-from climate.resources.hosts import PhysicalHostType
+from climate.resources.capabilities import WholeHosts
 
 LOG = logging.getLogger(__name__)
 CREATE, UPDATE, CONFIRM, QUEUE = "create", "update", "confirm", "queue"
@@ -234,7 +234,7 @@ def _planned_spans(
         if p.resource_ids is not None:
             return [span_(hosts.get(h, {}), host_amounts.get(h, {})) for h in p.resource_ids]
         host_type = ctx.resource_types["physical:host"]
-        assert isinstance(host_type, PhysicalHostType)
+        assert isinstance(host_type, WholeHosts)
         matching = host_type.inventory.matching(
             session, p.params["hypervisor_properties"], p.params["resource_properties"]
         )

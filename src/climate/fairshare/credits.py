@@ -28,7 +28,7 @@ from climate.errors import NotEnoughCredits
 from climate.fairshare import admission, consumption
 from climate.pricing import PriceTable, Use
 from climate.resources.base import ResourceType
-from climate.resources.items import item_kinds
+from climate.resources.capabilities import item_kinds
 
 LOG = logging.getLogger(__name__)
 GRANT, ENCUMBER, ADJUST, SETTLE, REFUND = "grant", "encumber", "adjust", "settle", "refund"

@@ -38,18 +38,9 @@ from climate.resources.base import (
     policy_fields,
     reject_unknown,
 )
+from climate.resources.capabilities import WholeHosts
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
 
-HOST_COLUMNS = (
-    "hypervisor_hostname",
-    "service_name",
-    "hypervisor_type",
-    "hypervisor_version",
-    "vcpus",
-    "memory_mb",
-    "local_gb",
-    "cpu_info",
-)
 MAX_REMEMBERED_QUERIES = 1024
 FIELDS = (
     frozenset(
@@ -105,7 +96,7 @@ class Inventory:
 
     def _refresh(self, session: Session, version: int) -> None:
         if version != self._version:
-            self._records = host_rows.reservable_records(session, HOST_COLUMNS)
+            self._records = host_rows.reservable_records(session, host_rows.HOST_COLUMNS)
             self._matches = {}
             self._version = version
 
@@ -114,7 +105,7 @@ HOLD_ATTEMPTS = 3
 """Plans tried when leases a plan would move turn out to be starting (``hold_starts``)."""
 
 
-class PhysicalHostType(ResourceType):
+class PhysicalHostType(ResourceType, WholeHosts):
     name = "physical:host"
     before_end_actions = frozenset({"default", "notification"})
     end_policies = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT})

@@ -38,7 +38,9 @@ from climate.resources.base import (
     policy_fields,
     query_field,
 )
+from climate.resources.capabilities import SharedHosts
 from climate.resources.hosts import Inventory, flag_field
+from climate.resources.ratios import RATIOS, parse_ratio
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields, nullable
 
 FIELDS = (
@@ -49,26 +51,10 @@ FIELDS = (
     | {"movable"}
 )
 SIZE_COLUMNS = ("vcpus", "memory_mb", "local_gb")
-RATIOS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio")
-"""Per size column, the host property (or setting) that scales it."""
 TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
 FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
 NONE = frozenset({"none", "null", ""})
 SERVER_GROUPS = uuid.UUID("8d2c3c1e-5f0b-4b7e-9a59-2f6b8f5d7c01")
-
-
-def parse_ratio(name: str, value: object) -> float:
-    """An allocation ratio: a number above 0 (a host property is text).
-
-    :raises InvalidInput: naming ``name``.
-    """
-    try:
-        ratio = float(str(value))
-    except ValueError:
-        ratio = math.nan
-    if isinstance(value, bool) or not (ratio > 0 and math.isfinite(ratio)):
-        raise InvalidInput(name, f"must be a number above 0, not {value!r}")
-    return ratio
 
 
 def affinity_field(merged: Mapping[str, Any], field: str) -> bool | None:
@@ -107,7 +93,7 @@ def enforcement(reservation: Reservation) -> dict[str, Any]:
     }
 
 
-class InstanceType(ResourceType):
+class InstanceType(ResourceType, SharedHosts):
     name = "virtual:instance"
     end_policies = frozenset(EndPolicy)
     acts_for_lessee = True

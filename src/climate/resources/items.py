@@ -14,8 +14,8 @@ import abc
 import contextlib
 import datetime as dt
 import ipaddress
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,9 @@ from climate.resources.base import (
     query_field,
     text_field,
 )
+from climate.resources.capabilities import Items
 from climate.resources.item_inventory import ItemInventory
+from climate.resources.kinds import Kind
 from climate.resources.wire_fields import (
     COUNT,
     INTEGER_STRING,
@@ -68,56 +70,6 @@ def _segment(field_name: str, value: object) -> str:
     if isinstance(value, str) and not value.strip().isdigit():
         raise InvalidInput(field_name, f"must be an integer from 1 to {MAX_SEGMENT_ID}")
     return str(inputs.integer(field_name, value, minimum=1, maximum=MAX_SEGMENT_ID))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Kind:
-    """One kind of item: its rows in ``items``, its inventory's routes and how its items look on
-    the wire. An ``ItemType`` declares its own; nothing outside ``resources/`` names one."""
-
-    kind: str
-    """``items.kind``."""
-    resource_type: str
-    singular: str
-    plural: str
-    path: str
-    """Its inventory's path under /v1, which is also the key of its list."""
-    key: str
-    """The key of one item in an answer (``{"device": {...}}``)."""
-    model: str
-    """The name of its models in the API's document (``Device``, ``DeviceCreate``, ...)."""
-    rules: str
-    """The prefix of its policy rules (``…:get``, ``…:post``, ``…:put``, ``…:delete``,
-    ``…:get_allocations``)."""
-    name_field: str
-    """The wire field stored in ``items.name`` (unique within the pool)."""
-    check_name: Callable[[str, object], str]
-    fields: Mapping[str, Schema] = field(hash=False)
-    """JSON schemas of the fields a new item is registered with, for the document: its pool and
-    name fields, and the extra properties it is known by."""
-    example: Mapping[str, Any] = field(hash=False)
-    """A new item, for the document."""
-    pool_field: str | None = None
-    """The wire field stored in ``items.pool`` (None: the kind has no pools)."""
-    pool_required: bool = False
-    """A new item must name its pool."""
-    required: tuple[str, ...] = ()
-    """Extra properties every item of the kind must have."""
-    columns: tuple[str, ...] = field(init=False)
-    """The fields that are not extra properties."""
-
-    def __post_init__(self) -> None:
-        own = (self.name_field,) if self.pool_field is None else (self.pool_field, self.name_field)
-        object.__setattr__(self, "columns", own)
-
-    def queryable(self, record: item_rows.ItemRecord) -> dict[str, str | int | None]:
-        """The properties a reservation's query sees: pool and name under their wire names,
-        and every extra property."""
-        found: dict[str, str | int | None] = dict(record.properties)
-        found[self.name_field] = record.name
-        if self.pool_field is not None:
-            found[self.pool_field] = record.pool
-        return found
 
 
 NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 255}
@@ -196,10 +148,8 @@ class ItemDemand:
     """Words naming the candidates in a refusal, e.g. "in network net-1"."""
 
 
-class ItemType(ResourceType):
+class ItemType(ResourceType, Items):
     """A resource type over one kind of item; subclasses say what a request means."""
-
-    kind: Kind
 
     def __init__(self) -> None:
         self.inventory = ItemInventory(self.kind.kind, self.kind.queryable)
@@ -308,11 +258,6 @@ class ItemType(ResourceType):
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
         return [str(a.item_id) for a in reservation.item_allocations]
-
-
-def item_kinds(types: Mapping[str, ResourceType]) -> dict[str, Kind]:
-    """The kinds of the item types among ``types``, by resource type name, in their order."""
-    return {name: t.kind for name, t in types.items() if isinstance(t, ItemType)}
 
 
 class DeviceType(ItemType):

@@ -41,6 +41,7 @@ from climate.resources.base import (
     query_field,
     text_field,
 )
+from climate.resources.capabilities import PooledCapacity
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields, nullable
 
 FIELDS = (
@@ -80,7 +81,7 @@ def _storage_pools(
     ]
 
 
-class VolumeType(ResourceType):
+class VolumeType(ResourceType, PooledCapacity):
     name = "virtual:volume"
     wire = WireFields(
         model="Volume",

@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from climate.context import ServiceContext
+from climate.db import hosts as host_rows
+from climate.db import instances as instance_rows
 from climate.db.calendar_cache import HISTORY
 from climate.domain.actor import Actor
 from climate.domain.requests import ReservationRequest
@@ -24,10 +26,7 @@ from climate.planner.instances import Size
 from climate.planner.query import parse_query
 from climate.resources import pick
 from climate.resources.base import ResourceType
-from climate.resources.hosts import PhysicalHostType
-from climate.resources.instances import InstanceType
-from climate.resources.items import ItemType
-from climate.resources.volumes import VolumeType
+from climate.resources.capabilities import Items, PooledCapacity, SharedHosts, WholeHosts
 from climate.services.placing import instance_space, placers, searchable
 
 RULE = "climate:availability:get"
@@ -36,7 +35,8 @@ NAMES_RULE = "blazar:oshosts:get"
 MAX_WINDOWS = 20
 MAX_STEP = 86_400
 MAX_BUCKETS = 10_000
-HOST_TYPE = PhysicalHostType.name
+HOST_TYPE = host_rows.RESOURCE_TYPE
+INSTANCE_TYPE = instance_rows.RESOURCE_TYPE
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,8 @@ class AvailabilityService:
     ) -> Capacity:
         bucket = query.bucket
         at = _moment(first)
-        if isinstance(rtype, PhysicalHostType | ItemType):
-            if isinstance(rtype, PhysicalHostType):
+        if isinstance(rtype, WholeHosts | Items):
+            if isinstance(rtype, WholeHosts):
                 found = rtype.timeline(
                     session,
                     query.hypervisor_properties,
@@ -279,13 +279,13 @@ class AvailabilityService:
                 busy=found.busy.tolist(),
                 partly=found.partly.tolist(),
             )
-        if isinstance(rtype, VolumeType):
+        if isinstance(rtype, PooledCapacity):
             shared = rtype.timeline(
                 session, query.pool, query.resource_properties, first, bucket, count
             )
-        elif isinstance(rtype, InstanceType) and size is not None:
+        elif isinstance(rtype, SharedHosts) and size is not None:
             hosts = self.ctx.resource_types[HOST_TYPE]
-            assert isinstance(hosts, PhysicalHostType)
+            assert isinstance(hosts, WholeHosts)
             rooms = rtype.sized_hosts(session, query.resource_properties)
             with hosts.calendar.reading(session) as calendar:
                 space = instance_space(session, calendar, rooms, first, first + bucket * count)
@@ -318,19 +318,19 @@ def _timeline_size(rtype: ResourceType, query: TimelineQuery) -> Size | None:
 
     :raises InvalidInput: naming the field.
     """
-    if query.hypervisor_properties and not isinstance(rtype, PhysicalHostType):
+    if query.hypervisor_properties and not isinstance(rtype, WholeHosts):
         raise InvalidInput("hypervisor_properties", f"only for {HOST_TYPE}, not {rtype.name}")
-    if query.pool is not None and not isinstance(rtype, ItemType | VolumeType):
+    if query.pool is not None and not isinstance(rtype, Items | PooledCapacity):
         raise InvalidInput("pool", f"not for {rtype.name}: only items and volumes have pools")
     fields = {"vcpus": query.vcpus, "memory_mb": query.memory_mb, "disk_gb": query.disk_gb}
-    if not isinstance(rtype, InstanceType):
+    if not isinstance(rtype, SharedHosts):
         given = [name for name, value in fields.items() if value is not None]
         if given:
-            raise InvalidInput(given[0], f"only for {InstanceType.name}, not {rtype.name}")
+            raise InvalidInput(given[0], f"only for {INSTANCE_TYPE}, not {rtype.name}")
         return None
     for name in ("vcpus", "memory_mb"):
         if fields[name] is None:
-            raise InvalidInput(name, f"required for {InstanceType.name}: the size counted")
+            raise InvalidInput(name, f"required for {INSTANCE_TYPE}: the size counted")
     for name, value in fields.items():
         lowest = 0 if name == "disk_gb" else 1
         if value is not None and value < lowest:
@@ -340,7 +340,7 @@ def _timeline_size(rtype: ResourceType, query: TimelineQuery) -> Size | None:
 
 def _hosted(index: int, query: AvailabilityQuery) -> bool:
     """Whether the reservation's resources are hosts (whose names ``NAMES_RULE`` guards)."""
-    return query.reservations[index].resource_type in (HOST_TYPE, InstanceType.name)
+    return query.reservations[index].resource_type in (HOST_TYPE, INSTANCE_TYPE)
 
 
 def _moment(seconds: int) -> dt.datetime:

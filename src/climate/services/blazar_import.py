@@ -16,9 +16,8 @@ from climate.db import blazar_import as blazar_rows
 from climate.db.blazar_import import BlazarRows
 from climate.db.engine import ADMISSION_LOCK
 from climate.errors import BackendError, ClimateError
-from climate.resources.items import FLOATING_IPS
 from climate.services.blazar_mapping import BlazarMapping
-from climate.services.blazar_terms import HOSTS, ImportReport
+from climate.services.blazar_terms import FLOATING_KIND, HOSTS, ImportReport
 
 
 class Unmappable(ClimateError):
@@ -50,7 +49,7 @@ class BlazarImportService:
             mapping = BlazarMapping(
                 self.ctx,
                 source,
-                blazar_rows.present(session, lease_ids, FLOATING_IPS.kind),
+                blazar_rows.present(session, lease_ids, FLOATING_KIND),
                 unknown_hosts,
                 report,
                 self.ctx.clock.now(),

@@ -33,10 +33,10 @@ from climate.domain.status import (
     ReservationStatus,
 )
 from climate.errors import InvalidInput
-from climate.resources.items import FLOATING_IPS
 from climate.services.blazar_terms import (
     DERIVED_STATUS,
     FLOATING,
+    FLOATING_KIND,
     HOST_COLUMNS,
     HOSTS,
     INSTANCES,
@@ -186,7 +186,7 @@ class BlazarMapping:
                 self.report.already["floating IPs"] += 1
                 continue
             item = Item(
-                kind=FLOATING_IPS.kind,
+                kind=FLOATING_KIND,
                 pool=key[0],
                 name=key[1],
                 reservable=bool(row["reservable"]),

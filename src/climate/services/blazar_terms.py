@@ -20,6 +20,8 @@ INSTANCES = "virtual:instance"
 
 
 FLOATING = "virtual:floatingip"
+FLOATING_KIND = "floatingip"
+"""The ``items.kind`` of the floating IPs the import adds (the ``virtual:floatingip`` type's)."""
 
 
 SAME_STATUS = frozenset(

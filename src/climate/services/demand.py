@@ -25,11 +25,10 @@ from climate.errors import InvalidInput
 from climate.planner import demand as replaying
 from climate.planner.calendar import seconds
 from climate.planner.query import parse_query
-from climate.resources.hosts import HOST_COLUMNS, PhysicalHostType
 from climate.services.demand_record import GAVE_UP, REFUSED, TIMED_OUT, USAGE_RULE
 from climate.services.usage import Window
 
-HOST_TYPE = PhysicalHostType.name
+HOST_TYPE = host_rows.RESOURCE_TYPE
 BUCKETS = {"hour": 3600, "day": 86_400}
 HOUR_BUCKET_DAYS = 31
 """Hour buckets cover at most this many days."""
@@ -144,7 +143,7 @@ class DemandService:
             rows = demand_rows.overlapping(session, asked.start, asked.end, wanted)
             if question.resource_type is not None:
                 rows = [r for r in rows if r.resource_type == question.resource_type]
-            records = host_rows.reservable_records(session, HOST_COLUMNS)
+            records = host_rows.reservable_records(session, host_rows.HOST_COLUMNS)
             counted = [r for r in rows if r.outcome in UNSERVED and r.reason != USAGE_RULE]
             hosts_wanted = [r for r in counted if r.resource_type == HOST_TYPE]
             low = min([asked.start, *(r.start_date for r in hosts_wanted)])

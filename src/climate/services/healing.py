@@ -35,8 +35,7 @@ from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
 from climate.notify import enqueue_lease
 from climate.planner.hosts import replacements
 from climate.planner.instances import InstanceDemand, Size, place
-from climate.resources.hosts import PhysicalHostType
-from climate.resources.instances import InstanceType
+from climate.resources.capabilities import SharedHosts, WholeHosts
 from climate.services import backend_records
 from climate.services.hosts import load_host, wake_queue
 
@@ -85,12 +84,12 @@ class HealingService:
         self.backend = backend
 
     @property
-    def _hosts(self) -> PhysicalHostType:
-        return cast(PhysicalHostType, self.ctx.resource_types[HOST_TYPE])
+    def _hosts(self) -> WholeHosts:
+        return cast(WholeHosts, self.ctx.resource_types[HOST_TYPE])
 
     @property
-    def _instances(self) -> InstanceType:
-        return cast(InstanceType, self.ctx.resource_types[instance_rows.RESOURCE_TYPE])
+    def _instances(self) -> SharedHosts:
+        return cast(SharedHosts, self.ctx.resource_types[instance_rows.RESOURCE_TYPE])
 
     def mark_down(self, actor: Actor | str, host_id: str, reason: object = None) -> HealReport:
         """The host is down: unreservable from now, its reservations healed at once. Marking a

@@ -21,7 +21,7 @@ from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
 from climate.errors import BackendError, Conflict, InvalidInput, NotFound
-from climate.resources.instances import RATIOS, parse_ratio
+from climate.resources.ratios import RATIOS, parse_ratio
 from climate.services import inventory
 from climate.services.inventory import MAX_INT as MAX_INT
 

@@ -19,7 +19,7 @@ from climate.db.tables import Item
 from climate.domain.actor import Actor
 from climate.errors import Conflict, InvalidInput, NotFound
 from climate.resources.base import text_field
-from climate.resources.items import Kind
+from climate.resources.kinds import Kind
 from climate.services import inventory
 
 

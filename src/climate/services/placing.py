@@ -32,11 +32,10 @@ from climate.planner.instance_search import (
 )
 from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible
 from climate.resources.base import ResourceType, in_request
-from climate.resources.hosts import PhysicalHostType
-from climate.resources.instances import InstanceType
+from climate.resources.capabilities import SharedHosts, WholeHosts
 
-HOSTS = PhysicalHostType.name
-INSTANCES = InstanceType.name
+HOSTS = host_rows.RESOURCE_TYPE
+INSTANCES = instance_rows.RESOURCE_TYPE
 LOOKAROUND = host_rows.LOOKAROUND.total_seconds()
 
 Members = Sequence[tuple[int, Mapping[str, Any]]]
@@ -56,7 +55,7 @@ class Searchable(Protocol):
 
 def searchable(rtype: ResourceType) -> bool:
     """Whether reservations of ``rtype`` can be searched for."""
-    return isinstance(rtype, InstanceType | Searchable)
+    return isinstance(rtype, SharedHosts | Searchable)
 
 
 @contextlib.contextmanager
@@ -77,7 +76,7 @@ def placers(
             rtype = types[name]
             if name == HOSTS and INSTANCES in by_type:
                 continue  # searched with the instances
-            if isinstance(rtype, InstanceType):
+            if isinstance(rtype, SharedHosts):
                 found.append(
                     _compute(types, stack, session, by_type.get(HOSTS, ()), members, search)
                 )
@@ -101,7 +100,7 @@ def _compute(
 ) -> ComputePlacer:
     host_type = types[HOSTS]
     instance_type = types[INSTANCES]
-    assert isinstance(host_type, PhysicalHostType) and isinstance(instance_type, InstanceType)
+    assert isinstance(host_type, WholeHosts) and isinstance(instance_type, SharedHosts)
     hosts = [
         HostRequest(
             index,

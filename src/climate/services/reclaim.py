@@ -33,8 +33,7 @@ from climate.planner.reclaim import (
     TargetUse,
     plan_reclaim,
 )
-from climate.resources.hosts import PhysicalHostType
-from climate.resources.instances import InstanceType
+from climate.resources.capabilities import SharedHosts, WholeHosts
 from climate.services import backend_records
 from climate.services.leases import LeaseService
 
@@ -137,7 +136,7 @@ class ReclaimService:
 
         :raises NotEnoughCapacity: not enough hosts can be freed, with why.
         """
-        hosts = cast(PhysicalHostType, self.ctx.resource_types[reclaim_rows.HOST_TYPE])
+        hosts = cast(WholeHosts, self.ctx.resource_types[reclaim_rows.HOST_TYPE])
         instances = self.ctx.resource_types.get(reclaim_rows.INSTANCE_TYPE)
         params = reservation.params
         matching = hosts.inventory.matching(
@@ -149,7 +148,7 @@ class ReclaimService:
         busy = whole | {h.host_id for h in held}
         free = frozenset(ids) - busy
         need = params["min"] - len(free)
-        if need <= 0 or not isinstance(instances, InstanceType):
+        if need <= 0 or not isinstance(instances, SharedHosts):
             return []  # refused for another reason: admitting again says which
         candidates, capacity = self._candidates(session, lease, instances, held, whole, busy)
         blockers = [b for c in candidates if not c.fixed for b in c.blockers]
@@ -172,7 +171,7 @@ class ReclaimService:
         self,
         session: Session,
         lease: Lease,
-        instances: InstanceType,
+        instances: SharedHosts,
         held: Sequence[reclaim_rows.Holding],
         whole: set[int],
         busy: set[int],

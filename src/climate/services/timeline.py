@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from climate.context import ServiceContext
+from climate.db import hosts as host_rows
 from climate.db import timeline as rows
+from climate.db import volumes as volume_rows
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput
-from climate.resources.hosts import PhysicalHostType
-from climate.resources.items import item_kinds
-from climate.resources.volumes import VolumeType
+from climate.resources.capabilities import item_kinds
 from climate.services.availability import NAMES_RULE
 from climate.services.availability import RULE as AVAILABILITY_RULE
 
 LEASE_RULE = "blazar:leases:get"
-HOST_TYPE = PhysicalHostType.name
-VOLUME_TYPE = VolumeType.name
+HOST_TYPE = host_rows.RESOURCE_TYPE
+VOLUME_TYPE = volume_rows.RESOURCE_TYPE
 DEFAULT_SPAN = dt.timedelta(days=14)
 
 

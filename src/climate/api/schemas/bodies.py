@@ -16,7 +16,7 @@ from climate.db.tables import NAME_LENGTH, PROPERTY_NAME_LENGTH
 from climate.domain.lease_rules import MAX_REMINDERS
 from climate.domain.requests import Conflicts
 from climate.domain.status import LeaseType
-from climate.resources.items import Kind
+from climate.resources.kinds import Kind
 from climate.services.availability import MAX_STEP, MAX_WINDOWS
 from climate.services.hosts import MAX_INT
 from climate.services.series import MAX_OCCURRENCES, NAME_ROOM

@@ -17,7 +17,7 @@ from climate.api.schemas.shapes import (
     Stamp,
     Uuid,
 )
-from climate.resources.items import Kind
+from climate.resources.kinds import Kind
 
 
 class Host(Extensible):

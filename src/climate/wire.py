@@ -28,8 +28,8 @@ from climate.db.tables import (
 from climate.domain import formats
 from climate.domain.admission import SeriesRefused, UpdateRefused
 from climate.domain.status import EndPolicy
+from climate.resources import shown
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
-from climate.resources.instances import enforcement
 from climate.resources.kinds import Kind
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from climate.domain.requests import LeaseChanges, LeaseRequest
 
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
-INSTANCE_TYPE = "virtual:instance"
 
 lease_date = formats.lease_date
 duration = formats.duration
@@ -167,8 +166,7 @@ def reservation(row: Reservation) -> dict[str, Any]:
     }
     body.update(row.params)
     body.update(policies(row.params))
-    if row.resource_type == INSTANCE_TYPE:
-        body.update(enforcement(row))
+    body.update(shown(row))
     # A reservation has allocations in its own type's table only.
     body["allocations"] = [
         *(allocation(a) for a in row.allocations),

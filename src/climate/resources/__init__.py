@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import entry_points
+from typing import Any
 
+from climate.db.tables import Reservation
 from climate.errors import InvalidInput
 from climate.resources.base import ResourceType
 
@@ -15,6 +18,18 @@ def load_resource_types() -> dict[str, ResourceType]:
         plugin = entry.load()()
         found[plugin.name] = plugin
     return found
+
+
+@functools.cache
+def _installed() -> dict[str, ResourceType]:
+    return load_resource_types()
+
+
+def shown(reservation: Reservation) -> dict[str, Any]:
+    """The fields of its own the reservation's resource type shows on the wire
+    (``ResourceType.shown``); none for a type not installed."""
+    rtype = _installed().get(reservation.resource_type)
+    return {} if rtype is None else rtype.shown(reservation)
 
 
 def pick(types: dict[str, ResourceType], name: object, field: str) -> ResourceType:

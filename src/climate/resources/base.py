@@ -89,6 +89,11 @@ class ResourceType(abc.ABC):
     def resource_ids(self, reservation: Reservation) -> list[str]:
         """Identifiers of the allocated resources, as the backend knows them."""
 
+    def shown(self, reservation: Reservation) -> dict[str, Any]:
+        """Fields of its own a reservation of this type shows on the wire after the common
+        ones (``wire.reservation``): none unless the type says so."""
+        return {}
+
 
 def in_request(index: int, bad: InvalidInput) -> InvalidInput:
     """``bad`` said of the ``index``-th reservation of a request: ``reservations[2].pool``."""

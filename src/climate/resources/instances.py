@@ -143,6 +143,9 @@ class InstanceType(ResourceType, SharedHosts):
         counted=True,
     )
 
+    def shown(self, reservation: Reservation) -> dict[str, Any]:
+        return enforcement(reservation)
+
     def __init__(self) -> None:
         self.inventory = Inventory()
         self.ratios: tuple[float, ...] = (1.0, 1.0, 1.0)

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import psycopg
@@ -19,6 +20,7 @@ from sqlalchemy import select, text
 from climate.backends.base import Action, Result, Start
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings
+from climate.db import events as event_rows
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK, Database, retry_transient
 from climate.db.leases import DueEvent
@@ -225,13 +227,17 @@ def _ended_cleanly(ctx: ServiceContext, lease_id: str) -> None:
 
 
 @contextlib.contextmanager
-def _claiming_the_start(ctx: ServiceContext, manager: Manager) -> Iterator[list[DueEvent]]:
-    """What ``Manager._claim`` does, committed only when the block ends."""
+def _claiming(
+    ctx: ServiceContext, manager: Manager, kinds: Sequence[str] = ("start_lease",)
+) -> Iterator[list[DueEvent]]:
+    """What ``Manager._claim`` does for the due events, of ``kinds``, committed only when the
+    block ends."""
     with ctx.db.transaction() as session:
         now = ctx.clock.now()
         due = lease_rows.due_events(session, now, 10, alive_since=now)
-        assert [e.event_type for e in due] == ["start_lease"]
-        lease_rows.claim(session, [due[0].id], manager.name, now, now + dt.timedelta(minutes=1))
+        assert [e.event_type for e in due] == list(kinds)
+        ids = [e.id for e in due]
+        lease_rows.claim(session, ids, manager.name, now, now + dt.timedelta(minutes=1))
         yield due
 
 
@@ -246,7 +252,7 @@ def test_deleting_a_lease_while_a_manager_claims_its_start_still_ends_it(
     clock.advance(MINUTE)  # the manager is a little late: the host is held until the delete
     manager = Manager(pg_ctx, StandaloneBackend())
     with ThreadPoolExecutor(1) as pool:
-        with _claiming_the_start(pg_ctx, manager) as due:
+        with _claiming(pg_ctx, manager) as due:
             deleting = pool.submit(leases.delete, ALICE, lease.id)
             _wait_for_a_lock_wait(pg_ctx.db)  # the delete waits for the claim to commit
         deleting.result(timeout=30)
@@ -279,6 +285,49 @@ def test_deleting_a_lease_while_its_planned_start_runs_waits_for_it_without_dead
     _ended_cleanly(pg_ctx, lease.id)
 
 
+def test_deleting_a_lease_while_a_manager_ends_it_keeps_the_end_the_manager_commits(
+    pg_ctx: ServiceContext, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the stress harness: the delete read the lease ACTIVE while a manager ran its
+    claimed end, then overwrote the TERMINATED the manager committed with DELETING, and no
+    event was left to finish it."""
+    add_hosts(HostService(pg_ctx), 1)
+    leases = LeaseService(pg_ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + TWO_HOURS))
+    manager = Manager(pg_ctx, StandaloneBackend())
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "ACTIVE"
+    clock.advance(TWO_HOURS + MINUTE)
+    written, go = threading.Event(), threading.Event()
+    finish = event_rows.finish_events
+
+    def finish_then_wait(*args: Any, **kwargs: Any) -> None:
+        finish(*args, **kwargs)  # the lease's row is written: the manager holds it
+        written.set()
+        assert go.wait(10)
+
+    with _claiming(pg_ctx, manager, ("before_end_lease", "end_lease")) as due:
+        pass
+    monkeypatch.setattr(event_rows, "finish_events", finish_then_wait)
+    with ThreadPoolExecutor(2) as pool:
+        ending = pool.submit(manager._execute, due)
+        assert written.wait(10)
+        deleting = pool.submit(leases.delete, ALICE, lease.id)
+        _wait_for_a_lock_wait(pg_ctx.db)
+        go.set()
+        ending.result(timeout=30)
+        deleting.result(timeout=30)
+    with pg_ctx.db.reader() as session:
+        ended = session.get(Lease, lease.id)
+        assert ended is not None
+        assert (ended.status, ended.deleted_at is not None) == ("TERMINATED", True)
+        assert {e.event_type: e.status for e in ended.events} == {
+            "start_lease": "DONE",
+            "before_end_lease": "DONE",
+            "end_lease": "DONE",
+        }
+
+
 def test_a_lease_whose_start_a_manager_claimed_cannot_be_moved_to_a_later_start(
     pg_ctx: ServiceContext,
 ) -> None:
@@ -290,7 +339,7 @@ def test_a_lease_whose_start_a_manager_claimed_cannot_be_moved_to_a_later_start(
     later = LeaseChanges(start=T0 + dt.timedelta(hours=1), end=T0 + 2 * TWO_HOURS)
     manager = Manager(pg_ctx, StandaloneBackend())
     with ThreadPoolExecutor(1) as pool:
-        with _claiming_the_start(pg_ctx, manager) as due:
+        with _claiming(pg_ctx, manager) as due:
             moving = pool.submit(leases.update, ALICE, lease.id, later)
             _wait_for_a_lock_wait(pg_ctx.db)
         with pytest.raises(Conflict, match="start_date: lease .* has already started"):

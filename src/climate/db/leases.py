@@ -94,11 +94,19 @@ def string_rows(session: Session, rows: Sequence[Sequence[str]], width: int) -> 
     return [func.json_extract(items.c.value, f"$[{i}]") for i in range(width)]
 
 
-def get(session: Session, lease_id: str, *, project_id: str | None = None) -> Lease | None:
-    """A live (not deleted) lease; with ``project_id``, only if it belongs to that project."""
+def get(
+    session: Session, lease_id: str, *, project_id: str | None = None, locked: bool = False
+) -> Lease | None:
+    """A live (not deleted) lease; with ``project_id``, only if it belongs to that project.
+
+    ``locked``: its row is locked for this transaction and read afresh once the lock is had
+    (PostgreSQL), so a status a manager committed meanwhile is the one seen, never overwritten.
+    """
     query = select(Lease).where(Lease.id == lease_id, Lease.deleted_at.is_(None))
     if project_id is not None:
         query = query.where(Lease.project_id == project_id)
+    if locked:
+        query = query.with_for_update().execution_options(populate_existing=True)
     return session.scalars(query).first()
 
 
@@ -220,7 +228,7 @@ def insert_new(session: Session, lease: Lease) -> None:
 def _name_clash(error: IntegrityError) -> bool:
     """Whether ``error`` is another live lease of the project holding the name."""
     constraint = getattr(getattr(error.orig, "diag", None), "constraint_name", None)
-    return constraint == LIVE_NAME or f"{LIVE_NAME_COLUMNS}" in str(error.orig)
+    return constraint == LIVE_NAME or LIVE_NAME_COLUMNS in str(error.orig)
 
 
 def _columns(row: Base) -> dict[str, Any]:
@@ -233,9 +241,10 @@ def hold_waiting_events(session: Session, lease_id: str) -> list[Event]:
     a lease calls this before it reads or writes anything else of the lease.
 
     A manager taking one of them is waited for, and the event is then left out (it is no longer
-    waiting); an event already claimed is not waited for. So the caller never waits on a manager
-    that holds the lease's row (the claimed path writes the row before its events), and never
-    locks a lease's events in another order than a manager taking them (head first).
+    waiting); an event already claimed is not waited for. The caller locks the lease's row only
+    after this (``get(locked=True)``): a manager holding the row holds claimed events only and
+    never asks for a waiting one, so that wait closes no cycle; and the caller never locks a
+    lease's events in another order than a manager taking them (head first).
     """
     query = (
         select(Event)

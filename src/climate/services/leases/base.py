@@ -78,10 +78,14 @@ class LeaseBase:
                 descending=page.sort_dir == "desc",
             )
 
-    def _load(self, session: Session, actor: Actor, lease_id: str, rule: str) -> Lease:
+    def _load(
+        self, session: Session, actor: Actor, lease_id: str, rule: str, *, locked: bool = False
+    ) -> Lease:
         """The lease if the caller may see it and ``rule`` allows the action on it. Another
-        project's lease is not found (404, not 403): its existence is not given away."""
-        lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
+        project's lease is not found (404, not 403): its existence is not given away.
+        ``locked``: see ``lease_rows.get``."""
+        scope = self.ctx.policy.scope(actor)
+        lease = lease_rows.get(session, lease_id, project_id=scope, locked=locked)
         if lease is None:
             raise NotFound("Lease", lease_id)
         self.ctx.policy.enforce(

@@ -105,7 +105,7 @@ class Changing(LeaseBase):
         """``update`` in the caller's transaction, which holds the admission lock; the shape
         it admits is added to ``asked`` first."""
         held = lease_rows.hold_waiting_events(session, lease_id)
-        lease = self._load(session, actor, lease_id, "blazar:leases:put")
+        lease = self._load(session, actor, lease_id, "blazar:leases:put", locked=True)
         before = window(lease)
         active = started(lease, held)
         if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
@@ -219,7 +219,9 @@ class Changing(LeaseBase):
         :raises NotFound: no such lease visible to the caller.
         """
         held = lease_rows.hold_waiting_events(session, lease_id)
-        lease = self._load(session, actor, lease_id, "blazar:leases:delete")
+        # The row lock waits for a manager ending the lease right now (its end event is claimed,
+        # so not held above): the status it commits is then the one read here.
+        lease = self._load(session, actor, lease_id, "blazar:leases:delete", locked=True)
         has_started = started(lease, held)
         record(session, now, actor, "lease.delete", lease, {"status": lease.status})
         # As Blazar's delete_lease (its payload says so); but a start a manager has claimed runs

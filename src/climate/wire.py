@@ -13,21 +13,24 @@ from typing import TYPE_CHECKING, Any
 from climate.db import hosts as host_rows
 from climate.db.leases import reminder_offsets
 from climate.db.tables import (
-    Event,
     Host,
-    HostAllocation,
-    InstanceAllocation,
     Item,
-    ItemAllocation,
     Lease,
     LeaseSeries,
-    Reservation,
-    VolumeAllocation,
     VolumePool,
 )
 from climate.domain import formats
 from climate.domain.admission import SeriesRefused, UpdateRefused
 from climate.domain.status import EndPolicy
+from climate.domain.views import (
+    EventView,
+    HostAllocationView,
+    InstanceAllocationView,
+    ItemAllocationView,
+    LeaseView,
+    ReservationView,
+    VolumeAllocationView,
+)
 from climate.resources import shown
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
 from climate.resources.kinds import Kind
@@ -52,7 +55,7 @@ def stamp(value: dt.datetime | None) -> str | None:
     return None if value is None else value.astimezone(dt.UTC).strftime(STAMP_FORMAT)
 
 
-def lease(row: Lease, queue_position: int | None = None) -> dict[str, Any]:
+def lease(row: LeaseView, queue_position: int | None = None) -> dict[str, Any]:
     """A lease as Blazar shows it, with Climate's own fields after (Blazar clients ignore
     them): its type, queue priority and position, attempts, deadline and hold expiry, its
     before-end instant and reminders, and the series it belongs to."""
@@ -87,7 +90,7 @@ def lease(row: Lease, queue_position: int | None = None) -> dict[str, Any]:
     }
 
 
-def _requested_window(row: Lease) -> dict[str, Any] | None:
+def _requested_window(row: LeaseView) -> dict[str, Any] | None:
     """The flexible window a lease was placed in; None for a lease asked with fixed dates."""
     if row.requested_latest_end is None or row.requested_earliest_start is None:
         return None
@@ -153,7 +156,7 @@ def _optional_date(value: dt.datetime | None) -> str | None:
     return None if value is None else lease_date(value)
 
 
-def reservation(row: Reservation) -> dict[str, Any]:
+def reservation(row: ReservationView) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": row.id,
         "lease_id": row.lease_id,
@@ -198,7 +201,7 @@ def _stored_date(value: str | None) -> str | None:
     return None if value is None else lease_date(dt.datetime.fromisoformat(value))
 
 
-def allocation(row: HostAllocation) -> dict[str, Any]:
+def allocation(row: HostAllocationView) -> dict[str, Any]:
     return {
         "resource_id": str(row.host_id),
         "start_date": lease_date(row.start_date),
@@ -206,7 +209,7 @@ def allocation(row: HostAllocation) -> dict[str, Any]:
     }
 
 
-def item_allocation(row: ItemAllocation) -> dict[str, Any]:
+def item_allocation(row: ItemAllocationView) -> dict[str, Any]:
     return {
         "resource_id": str(row.item_id),
         "start_date": lease_date(row.start_date),
@@ -214,7 +217,7 @@ def item_allocation(row: ItemAllocation) -> dict[str, Any]:
     }
 
 
-def volume_allocation(row: VolumeAllocation) -> dict[str, Any]:
+def volume_allocation(row: VolumeAllocationView) -> dict[str, Any]:
     return {
         "resource_id": str(row.pool_id),
         "start_date": lease_date(row.start_date),
@@ -222,7 +225,7 @@ def volume_allocation(row: VolumeAllocation) -> dict[str, Any]:
     }
 
 
-def instance_allocation(row: InstanceAllocation) -> dict[str, Any]:
+def instance_allocation(row: InstanceAllocationView) -> dict[str, Any]:
     return {
         "resource_id": str(row.host_id),
         "count": row.count,
@@ -231,7 +234,7 @@ def instance_allocation(row: InstanceAllocation) -> dict[str, Any]:
     }
 
 
-def event(row: Event) -> dict[str, Any]:
+def event(row: EventView) -> dict[str, Any]:
     return {
         "id": row.id,
         "lease_id": row.lease_id,

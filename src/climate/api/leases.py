@@ -23,8 +23,8 @@ from climate.api.schemas.idle import (
 )
 from climate.api.schemas.lease_answers import LeaseAnswer, LeaseCreated, LeaseDryRun, Leases
 from climate.api.schemas.leases import LeaseCreate, LeaseUpdate
-from climate.db.tables import Lease
 from climate.domain.status import LeaseStatus
+from climate.domain.views import LeaseView
 from climate.services.leases import LeaseService
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
@@ -45,7 +45,7 @@ def list_leases(
     return JSONResponse({"leases": _shown(services.leases, leases)})
 
 
-def _shown(service: LeaseService, leases: Sequence[Lease]) -> list[dict[str, Any]]:
+def _shown(service: LeaseService, leases: Sequence[LeaseView]) -> list[dict[str, Any]]:
     """The leases on the wire, each waiting one with its place in the queue."""
     places = {}
     if any(lease.status == LeaseStatus.IN_PROGRESS for lease in leases):

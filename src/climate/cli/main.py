@@ -52,7 +52,7 @@ def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
     logs.configure(settings, verbose=args.verbose)
     metrics_directory(settings, getattr(args, "workers", 1))  # before climate.metrics is imported
 
-    from climate.runtime import build_context, build_workers, open_database
+    from climate.runtime import build_context, build_workers, open_database, settle_heap
     from climate.serving import bind
 
     listener = None
@@ -61,6 +61,7 @@ def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
         listener = bind(settings)
     is_sqlite = settings.effective_database_url.startswith("sqlite")
     db = open_database(settings, upgrade=args.command == "serve" or is_sqlite)
+    settle_heap()
     if listener is None:
         _run_manager(build_workers(build_context(settings, db)), db.url)
     elif args.workers > 1:

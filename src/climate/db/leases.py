@@ -35,6 +35,7 @@ from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
 from climate.domain.status import EVENT_ORDER, EventStatus, EventType, LeaseStatus, LeaseType
+from climate.domain.views import LeaseView
 from climate.errors import Conflict
 
 EVENTS = cast(Table, Event.__table__)
@@ -63,7 +64,7 @@ def reminder_events(lease: Lease) -> list[Event]:
     return [e for e in lease.events if e.priority == REMINDER_PRIORITY]
 
 
-def reminder_offsets(lease: Lease) -> list[dt.timedelta]:
+def reminder_offsets(lease: LeaseView) -> list[dt.timedelta]:
     """How long before the lease's end each of its reminders comes, longest first (as
     stored: a lease waiting or held has them before it has their events)."""
     return sorted((dt.timedelta(seconds=s) for s in lease.reminders or ()), reverse=True)
@@ -126,34 +127,6 @@ def get_for_update(session: Session, lease_id: str) -> Lease | None:
 
 
 LEASE_SORT_KEYS = ("created_at", "name", "start_date", "end_date", "status", "id")
-
-
-def list_live(
-    session: Session,
-    *,
-    project_id: str | None = None,
-    status: str | None = None,
-    name: str | None = None,
-    limit: int | None = None,
-    marker: Lease | None = None,
-    sort_key: str = "created_at",
-    descending: bool = False,
-) -> Sequence[Lease]:
-    """Live leases in (``sort_key``, id) order, the ``limit`` after ``marker`` if given."""
-    column = getattr(Lease, sort_key)
-    query = select(Lease).where(Lease.deleted_at.is_(None))
-    query = query.order_by(*keyset_order(column, Lease.id, descending))
-    if marker is not None:
-        query = query.where(
-            after_marker(column, Lease.id, getattr(marker, sort_key), marker.id, descending)
-        )
-    if project_id is not None:
-        query = query.where(Lease.project_id == project_id)
-    if status is not None:
-        query = query.where(Lease.status == status)
-    if name is not None:
-        query = query.where(Lease.name == name)
-    return session.scalars(query.limit(limit)).all()
 
 
 def keyset_order(column: Any, id_column: Any, descending: bool) -> list[Any]:

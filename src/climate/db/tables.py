@@ -165,7 +165,7 @@ class Lease(Timestamped, Base):
         back_populates="lease", lazy="selectin", order_by="Reservation.created_at"
     )
     events: Mapped[list[Event]] = relationship(
-        back_populates="lease", lazy="selectin", order_by="Event.time"
+        back_populates="lease", lazy="selectin", order_by="[Event.time, Event.seq]"
     )
 
 

@@ -6,7 +6,7 @@ import functools
 from importlib.metadata import entry_points
 from typing import Any
 
-from climate.db.tables import Reservation
+from climate.domain.views import ReservationView
 from climate.errors import InvalidInput
 from climate.resources.base import ResourceType
 
@@ -25,7 +25,7 @@ def _installed() -> dict[str, ResourceType]:
     return load_resource_types()
 
 
-def shown(reservation: Reservation) -> dict[str, Any]:
+def shown(reservation: ReservationView) -> dict[str, Any]:
     """The fields of its own the reservation's resource type shows on the wire
     (``ResourceType.shown``); none for a type not installed."""
     rtype = _installed().get(reservation.resource_type)

@@ -14,6 +14,7 @@ from climate import inputs
 from climate.config import Settings
 from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy, StartPolicy
+from climate.domain.views import ReservationView
 from climate.errors import InvalidInput
 from climate.planner.query import parse_query
 from climate.resources.wire_fields import WireFields
@@ -89,7 +90,7 @@ class ResourceType(abc.ABC):
     def resource_ids(self, reservation: Reservation) -> list[str]:
         """Identifiers of the allocated resources, as the backend knows them."""
 
-    def shown(self, reservation: Reservation) -> dict[str, Any]:
+    def shown(self, reservation: ReservationView) -> dict[str, Any]:
         """Fields of its own a reservation of this type shows on the wire after the common
         ones (``wire.reservation``): none unless the type says so."""
         return {}

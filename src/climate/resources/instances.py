@@ -26,6 +26,7 @@ from climate.db import instances as instance_rows
 from climate.db.calendar_cache import CalendarCache
 from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy
+from climate.domain.views import ReservationView
 from climate.errors import Conflict, InvalidInput
 from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible, place
 from climate.planner.query import parse_query
@@ -73,7 +74,7 @@ def affinity_field(merged: Mapping[str, Any], field: str) -> bool | None:
     raise InvalidInput(f"{field}.affinity", f"must be true, false or null, not {value!r}")
 
 
-def enforcement(reservation: Reservation) -> dict[str, Any]:
+def enforcement(reservation: ReservationView) -> dict[str, Any]:
     """What a backend needs to enforce the reservation, as Blazar keeps it: a private flavor
     of the reserved size, an aggregate of the hosts it uses (with how many instances on each)
     and, with an affinity rule, a server group."""
@@ -143,7 +144,7 @@ class InstanceType(ResourceType, SharedHosts):
         counted=True,
     )
 
-    def shown(self, reservation: Reservation) -> dict[str, Any]:
+    def shown(self, reservation: ReservationView) -> dict[str, Any]:
         return enforcement(reservation)
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from climate import inputs
 from climate.context import FIRST_PAGE, Page, ServiceContext
-from climate.db import audit
+from climate.db import audit, lease_views
 from climate.db import leases as lease_rows
 from climate.db.tables import NAME_LENGTH, Event, Lease, new_id
 from climate.domain import lease_rules
@@ -25,6 +25,7 @@ from climate.domain.status import (
     EventType,
     LeaseStatus,
 )
+from climate.domain.views import LeaseView
 from climate.errors import InvalidInput, NotFound
 from climate.notify import enqueue_lease
 from climate.resources import pick
@@ -48,7 +49,7 @@ class LeaseBase:
         status: str | None = None,
         name: str | None = None,
         page: Page = FIRST_PAGE,
-    ) -> Sequence[Lease]:
+    ) -> Sequence[LeaseView]:
         """Live leases of the caller's project (of every project, or the one asked for, to
         those the ``admin`` rule allows), a page at a time.
 
@@ -67,7 +68,7 @@ class LeaseBase:
                 marker = lease_rows.get(session, page.marker, project_id=scope)
                 if marker is None:
                     raise InvalidInput("marker", "not the id of a lease in this listing")
-            return lease_rows.list_live(
+            return lease_views.live_page(
                 session,
                 project_id=project_id,
                 status=status,

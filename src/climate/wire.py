@@ -52,7 +52,12 @@ duration = formats.duration
 
 
 def stamp(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.astimezone(dt.UTC).strftime(STAMP_FORMAT)
+    """``STAMP_FORMAT``, written as ``formats.lease_date`` is, for speed."""
+    if value is None:
+        return None
+    if value.tzinfo is not dt.UTC:
+        value = value.astimezone(dt.UTC)
+    return value.isoformat(" ", "seconds")[:19]
 
 
 def lease(row: LeaseView, queue_position: int | None = None) -> dict[str, Any]:

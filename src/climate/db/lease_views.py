@@ -167,7 +167,8 @@ def live_page(
         query = query.where(_LEASES.status == status)
     if name is not None:
         query = query.where(_LEASES.name == name)
-    leases = [LeaseRecord._make((*row, [], [])) for row in session.execute(query.limit(limit))]
+    rows = session.execute(query.limit(limit)).all()
+    leases = [LeaseRecord._make((*row, [], [])) for row in rows]
     by_id = {lease.id: lease for lease in leases}
     reservations: dict[str, ReservationRecord] = {}
     parts = select(*_RESERVATION_COLUMNS)
@@ -194,4 +195,4 @@ def _each(
     listed = list(ids)
     for begin in range(0, len(listed), CHUNK):
         chunk = listed[begin : begin + CHUNK]
-        yield from session.execute(query.where(owner.in_(chunk)).order_by(*order))
+        yield from session.execute(query.where(owner.in_(chunk)).order_by(*order)).all()

@@ -8,8 +8,12 @@ LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 
 
 def lease_date(value: dt.datetime) -> str:
-    """Blazar's lease date: naive UTC with microseconds (the blazar CLI parses exactly this)."""
-    return value.astimezone(dt.UTC).strftime(LEASE_DATE_FORMAT)
+    """Blazar's lease date: naive UTC with microseconds (the blazar CLI parses exactly this,
+    ``LEASE_DATE_FORMAT``). Written by ``isoformat``, about twice as fast as ``strftime``: a
+    listing writes thousands."""
+    if value.tzinfo is not dt.UTC:
+        value = value.astimezone(dt.UTC)
+    return value.isoformat(timespec="microseconds")[:26]
 
 
 def duration(value: dt.timedelta) -> str:

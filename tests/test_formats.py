@@ -1,0 +1,35 @@
+"""Dates on the wire are written by ``isoformat`` for speed; ``strftime`` with the documented
+format is the oracle."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from climate import wire
+from climate.domain.formats import LEASE_DATE_FORMAT, lease_date
+
+ZONES = st.sampled_from(
+    [dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(-dt.timedelta(hours=8))]
+)
+INSTANTS = st.datetimes(
+    min_value=dt.datetime(1000, 1, 2),  # noqa: DTZ001 (hypothesis wants naive bounds)
+    max_value=dt.datetime(9999, 12, 30),  # noqa: DTZ001
+    timezones=ZONES,
+)
+
+
+@given(INSTANTS)
+def test_a_lease_date_is_naive_utc_with_microseconds(value: dt.datetime) -> None:
+    assert lease_date(value) == value.astimezone(dt.UTC).strftime(LEASE_DATE_FORMAT)
+
+
+@given(INSTANTS)
+def test_a_stamp_is_naive_utc_to_the_second(value: dt.datetime) -> None:
+    assert wire.stamp(value) == value.astimezone(dt.UTC).strftime(wire.STAMP_FORMAT)
+
+
+def test_no_stamp_for_no_instant() -> None:
+    assert wire.stamp(None) is None

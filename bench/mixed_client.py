@@ -21,8 +21,10 @@ import http.client
 import json
 import random
 import resource
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,9 @@ class Worker:
     records: list[list[Any]] = field(default_factory=list)
     mine: dict[str, tuple[dt.datetime, dt.datetime]] = field(default_factory=dict)
     made: int = 0
+    failure: str | None = None
+    """Why the worker stopped before the deadline: a client that dies quietly would make the
+    load fall for reasons of its own."""
 
     def __post_init__(self) -> None:
         self.random = random.Random(1000 + self.number)
@@ -93,9 +98,13 @@ class Worker:
             "timeline": self.timeline,
         }
         names, weights = list(WEIGHTS), list(WEIGHTS.values())
-        while time.monotonic() < self.deadline:
-            actions[self.random.choices(names, weights)[0]]()
-        self.conn.close()
+        try:
+            while time.monotonic() < self.deadline:
+                actions[self.random.choices(names, weights)[0]]()
+        except Exception:
+            self.failure = traceback.format_exc()
+        finally:
+            self.conn.close()
 
     def call(self, operation: str, method: str, path: str, body: Any = None) -> Any:
         """Send one request and record it; the decoded JSON answer, or None."""
@@ -265,7 +274,14 @@ def run(base_url: str, clients: int, seconds: float, hosts: int) -> dict[str, An
         "wall_seconds": time.monotonic() - began,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "records": [r for w in workers for r in w.records],
+        "failures": [w.failure for w in workers if w.failure is not None],
     }
+
+
+def _kind(answer: dict[str, Any]) -> str:
+    """What an error was: a capacity refusal explains itself with ``reason``; anything else
+    by the start of its message (``error_name`` is only the status, as Blazar)."""
+    return "capacity" if "reason" in answer else str(answer.get("error_message", ""))[:40]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,15 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, required=True, help="hosts the server has")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    args.out.write_text(json.dumps(run(args.base_url, args.clients, args.seconds, args.hosts)))
-    return 0
+    result = run(args.base_url, args.clients, args.seconds, args.hosts)
+    args.out.write_text(json.dumps(result))
+    for failure in result["failures"]:
+        print(failure, file=sys.stderr)
+    return 1 if result["failures"] else 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _kind(answer: dict[str, Any]) -> str:
-    """What an error was: a capacity refusal explains itself with ``reason``; anything else
-    by the start of its message (``error_name`` is only the status, as Blazar)."""
-    return "capacity" if "reason" in answer else str(answer.get("error_message", ""))[:40]

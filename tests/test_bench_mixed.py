@@ -3,12 +3,17 @@ client in its own process, and the folding of a py-spy profile by package. Nothi
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from bench.mixed import MixedConfig, mixed_targets, run_mixed
+from bench.mixed import ROOT, MixedConfig, mixed_targets, run_mixed
 from bench.mixed_client import WEIGHTS
 from bench.profiling import read_collapsed
+
+from tests.conftest import LiveServer
 
 
 @pytest.mark.slow
@@ -50,3 +55,21 @@ def test_a_profile_counts_self_time_by_package(tmp_path: Path) -> None:
     shares = {e["package"]: e["samples"] for e in profile["self_by_package"]}
     assert shares == {"sqlalchemy": 5, "climate.planner": 3, "json": 2}
     assert profile["samples"] == 10
+
+
+def test_the_load_client_keeps_going_after_refusals(
+    live_sqlite: LiveServer, tmp_path: Path
+) -> None:
+    """No host is registered, so every creation is refused (409): each client goes on to its
+    deadline, and the run reports no client failure."""
+    out = tmp_path / "records.json"
+    command = [sys.executable, "-m", "bench.mixed_client", "--base-url", live_sqlite.url]
+    command += ["--clients", "2", "--seconds", "2", "--hosts", "10", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    load = json.loads(out.read_text())
+    assert load["failures"] == []
+    refused = [r for r in load["records"] if r[1] == 409]
+    assert len(refused) > 2
+    assert max(r[3] for r in load["records"]) > 1.5  # both went on to near the deadline

@@ -397,10 +397,6 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
         rates.append(rate)
         previous = p
 
-    def held_until(x: float) -> float:
-        k = bisect.bisect_right(points, x) - 1  # the last point at or before x
-        return 0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])
-
     low, high = start - window, end
     candidates = {low, high}
     for p in points:
@@ -408,7 +404,16 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
             candidates.add(p)
         if low <= p - window <= high:
             candidates.add(p - window)
-    return max(held_until(t + window) - held_until(t) for t in candidates)
+    best = -math.inf
+    after = bisect.bisect_right  # the index after the last point at or before x
+    for t in candidates:
+        k, x = after(points, t) - 1, t + window
+        begin = 0.0 if k < 0 else totals[k] + rates[k] * (t - points[k])
+        k = after(points, x) - 1
+        held = (0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])) - begin
+        if held > best:
+            best = held
+    return best
 
 
 def chain(spans: Sequence[Span], lease_id: str, gap: float) -> int:

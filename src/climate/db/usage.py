@@ -53,7 +53,7 @@ class epoch(FunctionElement[float]):
 def _sqlite_epoch(element: epoch, compiler: Any, **kw: Any) -> str:
     # julianday's double is off by some microseconds: to the millisecond, equal times compare
     # equal again (back-to-back leases stay back to back). The count of milliseconds is
-    # rounded half up by CAST, not by ROUND(x, 3), which goes through text (a third of the
+    # rounded half up by CAST, not by ROUND(x, 3), which goes through text (up to a third of the
     # statement's time): the same doubles for any time after 1970 (tests/test_usage_epoch.py).
     days = f"julianday({compiler.process(element.clauses, **kw)})"
     return f"CAST(({days} - 2440587.5) * 86400000.0 + 0.5 AS INTEGER) / 1000.0"

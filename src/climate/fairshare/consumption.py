@@ -25,6 +25,7 @@ from climate.planner.query import MATCH_ALL
 LOG = logging.getLogger(__name__)
 COUNTED_TYPES = frozenset().union(*UNITS.values())
 HOST_BASED = frozenset({"physical:host", "virtual:instance"})
+FLOATING, VOLUMES = "virtual:floatingip", "virtual:volume"
 _KNOWN = "usage_host_facts"
 _FACTS: weakref.WeakKeyDictionary[Database, _Facts] = weakref.WeakKeyDictionary()
 _FACTS_LOCK = threading.Lock()
@@ -66,24 +67,24 @@ def spans(
     )
     hosts, amounts_of = host_facts(ctx, session) if types & HOST_BASED else ({}, {})
     items = usage_rows.item_properties(
-        session, (h.what for h in rows if h.resource_type == "virtual:floatingip")
+        session, (r[3] for r in rows if r[0] == FLOATING) if FLOATING in types else ()
     )
     pools = usage_rows.pool_properties(
-        session, (h.what for h in rows if h.resource_type == "virtual:volume")
+        session, (r[3] for r in rows if r[0] == VOLUMES) if VOLUMES in types else ()
     )
     users: list[Span] = []
     project: list[Span] | None = None if ours is None else []
-    for h in rows:
-        if h.resource_type == "physical:host":
-            props, amounts = hosts.get(h.what, {}), amounts_of.get(h.what, {})
-        elif h.resource_type == "virtual:instance":
-            props, amounts = hosts.get(h.what, {}), {"vcpus": float(h.amount)}
-        elif h.resource_type == "virtual:floatingip":
-            props, amounts = items[h.what], {"ips": 1.0}
+    for kind, lease_id, user, what, start, end, amount, own in rows:
+        if kind == "physical:host":
+            props, amounts = hosts.get(what, {}), amounts_of.get(what, {})
+        elif kind == "virtual:instance":
+            props, amounts = hosts.get(what, {}), {"vcpus": float(amount)}
+        elif kind == "virtual:floatingip":
+            props, amounts = items[what], {"ips": 1.0}
         else:
-            props, amounts = pools[h.what], {"gb": float(h.amount)}
-        found = Span(h.lease_id, h.user_id, h.resource_type, props, amounts, h.start, h.end)
-        if h.mine:
+            props, amounts = pools[what], {"gb": float(amount)}
+        found = Span(lease_id, user, kind, props, amounts, start, end)
+        if own:
             users.append(found)
         elif project is not None:
             project.append(found)

@@ -7,6 +7,7 @@ Times are seconds since the epoch (floats), amounts are per unit (``UNITS``).
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -144,9 +145,32 @@ class Decision:
     allowed: bool
     figure: float
     """What the rule measured (same unit as its limit)."""
-    what: str
-    """The figure in words."""
     exempt: bool = False
+    project: str = ""
+    """An exempt decision's project."""
+
+    @property
+    def what(self) -> str:
+        """The figure in words (made when shown: most decisions never are)."""
+        if self.exempt:
+            return f"project {self.project} is exempt"
+        rule, figure = self.rule, self.figure
+        if rule.kind == Kind.MAX_LENGTH:
+            return f"this lease lasts {span(figure)}"
+        if rule.kind == Kind.MAX_ADVANCE:
+            return f"this lease starts {span(figure)} ahead"
+        if rule.kind == Kind.MAX_EXTENSION:
+            return f"this update extends it by {span(figure)}"
+        if rule.kind == Kind.EXTENSION_WINDOW:
+            return f"it is asked {span(figure)} before the lease ends"
+        if rule.kind == Kind.CONCURRENT:
+            return f"with this lease the {rule.per} would hold {number(figure)} {rule.unit} at once"
+        if rule.kind == Kind.BUDGET:
+            return (
+                f"with this lease the {rule.per} would use {number(figure)} {unit_of(rule)} "
+                f"in {span(rule.window)}"
+            )
+        return f"this lease would make {number(figure)} leases less than {span(rule.gap)} apart"
 
     @property
     def message(self) -> str:
@@ -237,9 +261,7 @@ def evaluate(
         if not _in_scope(rule, admission, pool, spans is None):
             continue
         if admission.project_id in rule.exempt_projects:
-            decisions.append(
-                Decision(rule, True, 0.0, f"project {admission.project_id} is exempt", True)
-            )
+            decisions.append(Decision(rule, True, 0.0, True, admission.project_id))
             continue
         decision = _decide(rule, admission, pool)
         if decision is not None:
@@ -300,51 +322,31 @@ def _in_scope(rule: Rule, admission: Admission, pool: _Pool, unchosen: bool) -> 
 def _decide(rule: Rule, admission: Admission, pool: _Pool) -> Decision | None:
     start, end = admission.start, admission.end
     if rule.kind == Kind.MAX_LENGTH:
-        figure = end - start
-        return _judge(rule, figure, f"this lease lasts {span(figure)}")
+        return _judge(rule, end - start)
     if rule.kind == Kind.MAX_ADVANCE:
-        figure = max(0.0, start - admission.now)
-        return _judge(rule, figure, f"this lease starts {span(figure)} ahead")
+        return _judge(rule, max(0.0, start - admission.now))
     previous = admission.previous
     if rule.kind in (Kind.EXTENSION_WINDOW, Kind.MAX_EXTENSION):
         if previous is None or end <= previous[1]:
             return None  # not an extension
         if rule.kind == Kind.MAX_EXTENSION:
-            figure = end - previous[1]
-            return _judge(rule, figure, f"this update extends it by {span(figure)}")
-        figure = max(0.0, previous[1] - admission.now)
-        return _judge(rule, figure, f"it is asked {span(figure)} before the lease ends")
+            return _judge(rule, end - previous[1])
+        return _judge(rule, max(0.0, previous[1] - admission.now))
     if rule.kind == Kind.CONCURRENT:
-        figure = peak(pool.select(rule.covers, rule.per), str(rule.unit), start, end)
-        return _judge(
-            rule,
-            figure,
-            f"with this lease the {rule.per} would hold {number(figure)} {rule.unit} at once",
-        )
+        return _judge(rule, peak(pool.select(rule.covers, rule.per), str(rule.unit), start, end))
     if rule.kind == Kind.BUDGET:
         mine = pool.select(rule.covers, rule.per)
-        figure = rolling(mine, str(rule.unit), rule.window, start, end) / DAY
-        return _judge(
-            rule,
-            figure,
-            f"with this lease the {rule.per} would use {number(figure)} {unit_of(rule)} "
-            f"in {span(rule.window)}",
-        )
+        return _judge(rule, rolling(mine, str(rule.unit), rule.window, start, end) / DAY)
     if not pool.own(rule.scoped):
         return None
     # Only as far as its own window: the spans read may reach further for another rule.
     low, high = start - rule.window, end + rule.window
     near = [s for s in pool.select(rule.scoped, rule.per) if s.start < high and s.end > low]
-    figure = float(chain(near, admission.lease_id, rule.gap))
-    return _judge(
-        rule,
-        figure,
-        f"this lease would make {number(figure)} leases less than {span(rule.gap)} apart",
-    )
+    return _judge(rule, float(chain(near, admission.lease_id, rule.gap)))
 
 
-def _judge(rule: Rule, figure: float, what: str) -> Decision:
-    return Decision(rule, figure <= rule.limit + 1e-9, figure, what)
+def _judge(rule: Rule, figure: float) -> Decision:
+    return Decision(rule, figure <= rule.limit + 1e-9, figure)
 
 
 def peak(spans: Sequence[Span], unit: str, start: float, end: float) -> float:
@@ -375,7 +377,8 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
     """The most unit-seconds held in any window of length ``window`` that overlaps [start,
     end). What a window holds is piecewise linear in its position, so its maximum is where the
     window's start or end meets a span's start or end, or at the ends of the range; each is
-    read off the running total of unit-seconds (sorted once: no span is summed twice)."""
+    read off the running total of unit-seconds (sorted once: no span is summed twice) by
+    bisection."""
     changes: dict[float, float] = {}
     for s in spans:
         amount = s.amounts.get(unit, 0.0)
@@ -394,25 +397,23 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
         rates.append(rate)
         previous = p
 
-    def held_until(xs: Sequence[float]) -> list[float]:
-        # ``xs`` ascending: one walk along the points (the last at or before each x).
-        found: list[float] = []
-        k, last = -1, len(points) - 1
-        for x in xs:
-            while k < last and points[k + 1] <= x:
-                k += 1
-            found.append(0.0 if k < 0 else totals[k] + rates[k] * (x - points[k]))
-        return found
-
     low, high = start - window, end
     candidates = {low, high}
     for p in points:
-        for t in (p, p - window):
-            if low <= t <= high:
-                candidates.add(t)
-    ordered = sorted(candidates)
-    begins, ends = held_until(ordered), held_until([t + window for t in ordered])
-    return max(e - b for b, e in zip(begins, ends, strict=True))
+        if low <= p <= high:
+            candidates.add(p)
+        if low <= p - window <= high:
+            candidates.add(p - window)
+    best = -math.inf
+    after = bisect.bisect_right  # the index after the last point at or before x
+    for t in candidates:
+        k, x = after(points, t) - 1, t + window
+        begin = 0.0 if k < 0 else totals[k] + rates[k] * (t - points[k])
+        k = after(points, x) - 1
+        held = (0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])) - begin
+        if held > best:
+            best = held
+    return best
 
 
 def chain(spans: Sequence[Span], lease_id: str, gap: float) -> int:

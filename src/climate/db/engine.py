@@ -37,6 +37,12 @@ LOG = logging.getLogger(__name__)
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
 """PostgreSQL aborted the transaction to break a deadlock, or for a serialization conflict."""
 TRANSIENT_ATTEMPTS = 3
+CHECKPOINT_EVERY = 32
+"""SQLite: commits between two WAL checkpoints, each on a thread of its own (``Checkpoints``)."""
+WAL_BACKSTOP_PAGES = 10_000
+"""SQLite: a commit that leaves the WAL this long (about 40 MB) checkpoints it on the committing
+thread, as SQLite does at 1,000 pages by default: the WAL stays bounded should the background
+checkpoints fail or fall behind."""
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -72,6 +78,7 @@ class Database:
         # SQLite has one writer at a time and its busy handler polls with sleeps, unfairly: under
         # load a writer can starve. Writers of this process queue on a lock instead.
         self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+        self._checkpoints = Checkpoints(self.engine) if _sqlite_file(url) else None
 
     @property
     def dialect(self) -> str:
@@ -116,6 +123,8 @@ class Database:
                     raise
                 if rollback:
                     return
+                if self._checkpoints is not None:
+                    self._checkpoints.committed()
                 for done in session.info.pop("on_commit", []):
                     done()
         except BaseException:
@@ -150,7 +159,65 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.join()
         self.engine.dispose()
+
+
+class Checkpoints:
+    """SQLite's WAL copied back into the database file off the request threads.
+
+    SQLite checkpoints on the commit that grows the WAL past 1,000 pages: that request then
+    writes the pages to the database file and waits for two fsyncs while holding the process's
+    write lock. Here every ``CHECKPOINT_EVERY`` commits a thread of its own runs a PASSIVE
+    checkpoint, which waits for no reader or writer; commits go on meanwhile. At most one runs
+    at a time; the connections' own checkpoint is only a backstop (``WAL_BACKSTOP_PAGES``).
+    A checkpoint cut short (kill -9) is safe: the WAL is the record until a checkpoint ends.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._commits = 0
+        self._running: threading.Thread | None = None
+
+    def committed(self) -> None:
+        with self._lock:
+            self._commits += 1
+            if self._commits < CHECKPOINT_EVERY:
+                return
+            if self._running is not None and self._running.is_alive():
+                return
+            self._commits = 0
+            self._running = threading.Thread(
+                target=self._checkpoint, name="climate-checkpoint", daemon=True
+            )
+            self._running.start()
+
+    def join(self) -> None:
+        """Wait for the checkpoint under way, if any."""
+        with self._lock:
+            running = self._running
+        if running is not None:
+            running.join()
+
+    def _checkpoint(self) -> None:
+        try:
+            connection = self._engine.raw_connection()
+            try:
+                cursor = connection.cursor()
+                cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                cursor.fetchall()
+                cursor.close()
+            finally:
+                connection.close()
+        except Exception:  # the next one copies these pages too; the backstop bounds the WAL
+            LOG.warning("SQLite WAL checkpoint failed", exc_info=True)
+
+
+def _sqlite_file(url: str) -> bool:
+    path = url.split("///", 1)[1] if "///" in url else ""
+    return url.startswith("sqlite") and path not in ("", ":memory:")
 
 
 def _undo(session: Session) -> None:
@@ -185,6 +252,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
     cursor.close()
 
 

@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from climate.db import raw
 from climate.db.tables import Lock, table_of
 
 ADMISSION_LOCK = "admission"
@@ -140,7 +141,8 @@ class Database:
         Taking it late keeps the serialised part short (PostgreSQL: writes nobody else can see
         yet go before it); on SQLite the transaction is the only writer from its start anyway.
         """
-        version: int = session.execute(_TAKE_LOCK, {"lock_name": name}).scalar_one()
+        session.flush()  # as an ORM statement would: what the block changed goes before the lock
+        version: int = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
         session.info["lock_version"] = version
         return version
 

@@ -87,3 +87,17 @@ def test_an_in_memory_database_has_no_checkpoint_thread() -> None:
 
     assert database._checkpoints is None
     database.dispose()
+
+
+def test_a_disposed_database_used_again_checkpoints_again(db: Database) -> None:
+    for _ in range(EVERY):
+        _commit_blob(db)
+    db.dispose()
+    size = _path(db).stat().st_size
+
+    for _ in range(EVERY):
+        _commit_blob(db)
+    assert db._checkpoints is not None
+    db._checkpoints.join()
+
+    assert _path(db).stat().st_size >= size + EVERY * BLOB

@@ -7,6 +7,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -162,7 +163,7 @@ class Database:
 
     def dispose(self) -> None:
         if self._checkpoints is not None:
-            self._checkpoints.join()
+            self._checkpoints.close()
         self.engine.dispose()
 
 
@@ -171,37 +172,45 @@ class Checkpoints:
 
     SQLite checkpoints on the commit that grows the WAL past 1,000 pages: that request then
     writes the pages to the database file and waits for two fsyncs while holding the process's
-    write lock. Here every ``CHECKPOINT_EVERY`` commits a thread of its own runs a PASSIVE
-    checkpoint, which waits for no reader or writer; commits go on meanwhile. At most one runs
-    at a time; the connections' own checkpoint is only a backstop (``WAL_BACKSTOP_PAGES``).
-    A checkpoint cut short (kill -9) is safe: the WAL is the record until a checkpoint ends.
+    write lock. Here every ``CHECKPOINT_EVERY`` commits a PASSIVE checkpoint, which waits for
+    no reader or writer, is handed to a thread of its own (started once: starting a thread waits
+    for it to run); commits go on meanwhile. At most one runs at a time; the connections' own
+    checkpoint is only a backstop (``WAL_BACKSTOP_PAGES``). A checkpoint cut short (kill -9) is
+    safe: the WAL is the record until a checkpoint ends.
     """
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._lock = threading.Lock()
         self._commits = 0
-        self._running: threading.Thread | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._running: Future[None] | None = None
 
     def committed(self) -> None:
         with self._lock:
             self._commits += 1
             if self._commits < CHECKPOINT_EVERY:
                 return
-            if self._running is not None and self._running.is_alive():
+            if self._running is not None and not self._running.done():
                 return
             self._commits = 0
-            self._running = threading.Thread(
-                target=self._checkpoint, name="climate-checkpoint", daemon=True
-            )
-            self._running.start()
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="climate-checkpoint")
+            self._running = self._thread.submit(self._checkpoint)
 
     def join(self) -> None:
         """Wait for the checkpoint under way, if any."""
         with self._lock:
             running = self._running
         if running is not None:
-            running.join()
+            running.result()
+
+    def close(self) -> None:
+        """Wait for the checkpoint under way and end the thread (a later commit starts one)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=True)
 
     def _checkpoint(self) -> None:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from climate.db import credits as credit_rows
@@ -55,3 +55,17 @@ def test_a_write_the_database_refuses_raises_sqlalchemys_error(db: Database) -> 
     taken = [{"name": ADMISSION_LOCK, "version": 0}]
     with pytest.raises(IntegrityError), db.transaction() as session:
         raw.write(session, insert(table_of(Lock)), taken)
+
+
+def test_a_write_comes_after_what_the_session_has_not_written_yet(db: Database) -> None:
+    locks = table_of(Lock)
+    bump = (
+        update(locks)
+        .where(locks.c.name == bindparam("lock_name"))
+        .values(version=locks.c.version + 1)
+    )
+    with db.transaction() as session:
+        session.add(Lock(name="pending", version=7))
+        raw.write(session, bump, [{"lock_name": "pending"}])
+    with db.reader() as session:
+        assert session.scalar(select(Lock.version).where(Lock.name == "pending")) == 8

@@ -2,9 +2,10 @@
 once per dialect and run on the transaction's own DBAPI cursor, its rows plain tuples. For the
 few statements every admission runs where SQLAlchemy's per-execution and per-row work shows in
 the profile (``python -m bench --scenario rules`` and ``limit``): reads, writes with
-``RETURNING``, and the inserts of a new lease's rows; no ORM autoflush runs before them, and
-the DBAPI's errors come wrapped as SQLAlchemy's would (``IntegrityError``, ``OperationalError``).
-Everything else goes through SQLAlchemy."""
+``RETURNING``, and the inserts of a new lease's rows. No ORM autoflush runs before ``rows``;
+``write`` flushes first, as ``Session.execute`` would (an allocation may name a reservation the
+unit of work has not written yet). The DBAPI's errors come wrapped as SQLAlchemy's would
+(``IntegrityError``, ``OperationalError``). Everything else goes through SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str
     server-side default."""
     if not rows:
         return
+    session.flush()
     connection = session.connection()
     compiled, processors = _compiled(statement, connection.dialect, tuple(rows[0]))
     args = [_arguments(compiled, processors, row) for row in rows]

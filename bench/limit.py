@@ -34,6 +34,8 @@ CPU_GOAL = 3.0
 READY_TIMEOUT = 30.0
 REPO = Path(__file__).resolve().parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+STATEMENT_SAMPLE = 100
+"""Admissions whose SQL statements are counted, in process (``statements_per_admission``)."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,9 @@ class LimitConfig:
     seed: int = 17
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its child processes (all their threads)."""
-    total = 0
+def _family(pid: int) -> Iterator[tuple[Path, list[str]]]:
+    """``/proc`` entries of ``pid`` and its child processes, each with its ``stat`` fields after
+    the command name (state, ppid, ..., utime as the 12th, stime the 13th)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -55,10 +57,66 @@ def cpu_seconds(pid: int) -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # After the command name: state, ppid, ..., utime (14th field), stime (15th).
         if int(entry.name) == pid or int(fields[1]) == pid:
-            total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
+            yield entry, fields
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its child processes (all their threads)."""
+    return sum(int(f[11]) + int(f[12]) for _, f in _family(pid)) / CLOCK_TICKS
+
+
+def written_bytes(pid: int) -> int:
+    """Bytes ``pid`` and its child processes sent to storage (``write_bytes`` of /proc/pid/io:
+    the database file and its WAL, checkpoints included)."""
+    total = 0
+    for entry, _ in _family(pid):
+        with contextlib.suppress(OSError):
+            for line in (entry / "io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def statements_per_admission(hosts: int, admissions: int, seed: int) -> float:
+    """SQL statements SQLite runs per lease admitted through the service in this process, on a
+    fresh database with ``hosts`` hosts: BEGIN and COMMIT included, each row of a batch insert
+    counted (what SQLite's trace hook sees)."""
+    from sqlalchemy import event
+
+    from climate.api.schemas import validated
+    from climate.api.schemas.leases import LeaseCreate
+    from climate.config import load_settings
+    from climate.db import migrate
+    from climate.db.engine import Database
+    from climate.domain.actor import Actor
+    from climate.runtime import build_context
+    from climate.services.hosts import HostService
+    from climate.services.leases import LeaseService
+
+    admin = Actor("admin", "admin", frozenset({"admin"}))
+    with tempfile.TemporaryDirectory(prefix="climate-limit-") as tmp:
+        db = Database(f"sqlite:///{tmp}/climate.db")
+        migrate.upgrade(db)
+        db.engine.dispose()
+        traced: list[str] = []
+        counting = False
+
+        @event.listens_for(db.engine, "connect")
+        def _trace(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.set_trace_callback(lambda sql: counting and traced.append(sql))
+
+        ctx = build_context(load_settings(env={}, data_dir=tmp), db)
+        for i in range(hosts):
+            HostService(ctx).create(admin, f"limit-{i}", {"vcpus": 32})
+        service = LeaseService(ctx)
+        bodies = _leases(random.Random(seed))
+        counting = True
+        for _ in range(admissions):
+            service.create(admin, validated(LeaseCreate, next(bodies)).request())
+        counting = False
+        db.dispose()
+    return len(traced) / admissions
 
 
 @contextlib.contextmanager
@@ -121,9 +179,10 @@ class _Side:
         self.latencies_ms: list[float] = []
         self.codes: dict[int, int] = {}
         self.cpu = 0.0
+        self.written = 0
 
     def run(self, count: int, *, measure: bool = True) -> None:
-        before = cpu_seconds(self.pid)
+        before, written = cpu_seconds(self.pid), written_bytes(self.pid)
         for _ in range(count):
             body = next(self.bodies)
             began = time.perf_counter()
@@ -135,6 +194,7 @@ class _Side:
                     self.latencies_ms.append(elapsed)
         if measure:
             self.cpu += cpu_seconds(self.pid) - before
+            self.written += written_bytes(self.pid) - written
 
     def figures(self) -> dict[str, Any]:
         done = sum(self.codes.values())
@@ -142,6 +202,7 @@ class _Side:
             "latency_ms": summary(self.latencies_ms),
             "codes": self.codes,
             "cpu_ms_per_request": self.cpu * 1000.0 / done if done else None,
+            "kb_written_per_request": self.written / 1024.0 / done if done else None,
         }
 
 
@@ -184,7 +245,13 @@ def run_limit(config: LimitConfig = LimitConfig()) -> dict[str, Any]:
             done += n
         for side in (floor, climate):
             side.client.close()
-    return {"config": config.__dict__, "floor": floor.figures(), "climate": climate.figures()}
+    statements = statements_per_admission(config.hosts, STATEMENT_SAMPLE, config.seed)
+    return {
+        "config": config.__dict__,
+        "floor": floor.figures(),
+        "climate": climate.figures(),
+        "statements_per_admission": statements,
+    }
 
 
 def _ratio(result: dict[str, Any], key: str) -> float | None:
@@ -226,12 +293,18 @@ def print_limit(result: dict[str, Any]) -> None:
                 lat["p95"],
                 lat["p99"],
                 r["cpu_ms_per_request"],
+                r["kb_written_per_request"],
                 " ".join(f"{k}:{v}" for k, v in sorted(r["codes"].items())),
             ]
         )
-    print(table(("", "201s", "p50 ms", "p95 ms", "p99 ms", "CPU ms/request", "codes"), rows))
+    header = ("", "201s", "p50 ms", "p95 ms", "p99 ms", "CPU ms/request", "KB written/request")
+    print(table((*header, "codes"), rows))
     p50, cpu = _ratio(result, "p50"), _ratio(result, "cpu")
     print(
         f"  Climate / floor: p50 {p50 if p50 is None else round(p50, 2)}x, "
         f"CPU {cpu if cpu is None else round(cpu, 2)}x"
+    )
+    print(
+        f"  SQL statements per admission (SQLite's trace, through the service in process, "
+        f"BEGIN and COMMIT included): {result['statements_per_admission']:.1f}"
     )

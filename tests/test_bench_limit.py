@@ -23,6 +23,8 @@ def test_a_short_limit_run_measures_both_servers_on_the_same_requests() -> None:
         assert result[side]["codes"] == {201: 30}
         assert result[side]["latency_ms"]["count"] == 30
         assert result[side]["cpu_ms_per_request"] > 0
+        assert result[side]["kb_written_per_request"] is not None
+    assert result["statements_per_admission"] > 0
     targets = limit_targets(result)
     assert [t.unit for t in targets] == ["x", "x"]
     assert all(t.measured is not None and t.measured > 0 for t in targets)

@@ -1,13 +1,20 @@
 """Statements run on the DBAPI cursor (``db/raw.py``): the balance update, the ledger row and
-the inventory version read and write what SQLAlchemy's execution did, on both databases."""
+the inventory version read and write what SQLAlchemy's execution did, on both databases; the
+DBAPI's errors come out as SQLAlchemy's."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
 from climate.db import credits as credit_rows
 from climate.db import hosts as host_rows
-from climate.db.engine import Database
+from climate.db import raw
+from climate.db.engine import ADMISSION_LOCK, Database
+from climate.db.tables import Lock, table_of
 
 AT = dt.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
 
@@ -42,3 +49,23 @@ def test_the_inventory_version_reads_this_transactions_bump(db: Database) -> Non
         assert host_rows.inventory_version(session) == before + 1
     with db.reader() as session:
         assert host_rows.inventory_version(session) == before + 1
+
+
+def test_a_write_the_database_refuses_raises_sqlalchemys_error(db: Database) -> None:
+    taken = [{"name": ADMISSION_LOCK, "version": 0}]
+    with pytest.raises(IntegrityError), db.transaction() as session:
+        raw.write(session, insert(table_of(Lock)), taken)
+
+
+def test_a_write_comes_after_what_the_session_has_not_written_yet(db: Database) -> None:
+    locks = table_of(Lock)
+    bump = (
+        update(locks)
+        .where(locks.c.name == bindparam("lock_name"))
+        .values(version=locks.c.version + 1)
+    )
+    with db.transaction() as session:
+        session.add(Lock(name="pending", version=7))
+        raw.write(session, bump, [{"lock_name": "pending"}])
+    with db.reader() as session:
+        assert session.scalar(select(Lock.version).where(Lock.name == "pending")) == 8

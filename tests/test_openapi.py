@@ -16,7 +16,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 
 from climate.api.app import create_app
-from climate.api.deps import BodyDep
+from climate.api.deps import BodyDep, WriteDep
 from climate.api.openapi import document
 from climate.config import load_settings
 from climate.db.engine import Database
@@ -26,7 +26,7 @@ from tests.test_items_http import call_item_operations
 from tests.test_series import call_series_operations
 
 MEMBER = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
-READ_BODY = typing.get_args(BodyDep)[1].dependency
+READ_BODY = {typing.get_args(dep)[1].dependency for dep in (BodyDep, WriteDep)}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def routes(app: FastAPI) -> Iterator[tuple[str, str, Dependant]]:
 
 
 def reads_body(dependant: Dependant) -> bool:
-    return any(d.call is READ_BODY or reads_body(d) for d in dependant.dependencies)
+    return any(d.call in READ_BODY or reads_body(d) for d in dependant.dependencies)
 
 
 def test_every_route_is_described(app: FastAPI) -> None:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from climate import metrics, wire
-from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep
+from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep, WriteDep
 from climate.api.parsing import flag
 from climate.api.reservations import ActionsDep
 from climate.api.schemas import body, validated
@@ -65,13 +65,12 @@ def _shown(service: LeaseService, leases: Sequence[LeaseView]) -> list[dict[str,
         creates=("lease_id", "/lease/id"),
     ),
 )
-def create_lease(
-    services: ServicesDep, actor: ActorDep, raw: BodyDep, dry_run: str | None = None
-) -> JSONResponse:
+def create_lease(call: WriteDep, dry_run: str | None = None) -> JSONResponse:
     """201 with the lease; a dry run (``?dry_run=true``) 200 with the lease it would be (a
     waiting one with the queue position it would take). A flexible window's request comes back
     as ``requested_window`` (as the lease also shows it)."""
-    request = validated(LeaseCreate, raw).request(flag("dry_run", dry_run))
+    services, actor = call.services, call.actor
+    request = validated(LeaseCreate, call.body).request(flag("dry_run", dry_run))
     if request.dry_run:
         trial = services.leases.dry_run(actor, request)
         lease, position = trial.lease, trial.queue_position

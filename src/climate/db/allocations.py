@@ -5,12 +5,14 @@ that in-memory calendars catch up from."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVarTuple
 
-from sqlalchemy import Select, delete, insert, select, update
+from sqlalchemy import Insert, Select, Table, delete, insert, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from climate.db import raw
 from climate.db.tables import AllocationChange, Lease, Lock, new_id, table_of
 
 _Row = TypeVarTuple("_Row")
@@ -113,9 +115,14 @@ def replace(
         }
         for resource_id in sorted(resource_ids)
     ]
-    if rows:
-        session.execute(insert(table), rows)
+    raw.write(session, _insert_into(table), rows)
     return [model(**row) for row in rows]
+
+
+@functools.cache
+def _insert_into(table: Table) -> Insert:
+    # One statement per table: raw.write compiles each statement once.
+    return insert(table)
 
 
 def truncate(session: Session, model: Any, reservation_id: str, at: dt.datetime) -> None:
@@ -134,8 +141,9 @@ def truncate(session: Session, model: Any, reservation_id: str, at: dt.datetime)
 def record_changes(session: Session, version: int, reservation_ids: Iterable[str]) -> None:
     """Log that these reservations' allocations changed at admission ``version``; now and then
     forget old entries (a process that far behind reloads everything)."""
-    session.execute(
-        insert(table_of(AllocationChange)),
+    raw.write(
+        session,
+        _insert_into(table_of(AllocationChange)),
         [{"version": version, "reservation_id": rid} for rid in reservation_ids],
     )
     if version % 1000 == 0 and version > KEEP_CHANGES:

@@ -17,6 +17,7 @@ from typing import Any, cast
 from sqlalchemy import Table, event, insert, literal, select
 from sqlalchemy.orm import Session
 
+from climate.db import raw
 from climate.db.leases import string_rows
 from climate.db.records import AuditLog
 from climate.db.types import UTCDateTime
@@ -62,7 +63,7 @@ def write_pending(session: Session) -> None:
     """The rows ``record`` kept for this transaction, in one INSERT (in the order recorded)."""
     rows = session.info.pop(_PENDING, None)
     if rows:
-        session.connection().execute(_ADD, rows)
+        raw.write(session, _ADD, rows)
 
 
 @event.listens_for(Session, "after_rollback")

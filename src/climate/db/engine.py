@@ -7,6 +7,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -16,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from climate.db import raw
 from climate.db.tables import Lock, table_of
 
 ADMISSION_LOCK = "admission"
@@ -37,6 +39,12 @@ LOG = logging.getLogger(__name__)
 TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
 """PostgreSQL aborted the transaction to break a deadlock, or for a serialization conflict."""
 TRANSIENT_ATTEMPTS = 3
+CHECKPOINT_EVERY = 32
+"""SQLite: commits between two WAL checkpoints, each on a thread of its own (``Checkpoints``)."""
+WAL_BACKSTOP_PAGES = 10_000
+"""SQLite: a commit that leaves the WAL this long (about 40 MB) checkpoints it on the committing
+thread, as SQLite does at 1,000 pages by default: the WAL stays bounded should the background
+checkpoints fail or fall behind."""
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -72,6 +80,7 @@ class Database:
         # SQLite has one writer at a time and its busy handler polls with sleeps, unfairly: under
         # load a writer can starve. Writers of this process queue on a lock instead.
         self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+        self._checkpoints = Checkpoints(self.engine) if _sqlite_file(url) else None
 
     @property
     def dialect(self) -> str:
@@ -116,6 +125,8 @@ class Database:
                     raise
                 if rollback:
                     return
+                if self._checkpoints is not None:
+                    self._checkpoints.committed()
                 for done in session.info.pop("on_commit", []):
                     done()
         except BaseException:
@@ -131,7 +142,8 @@ class Database:
         Taking it late keeps the serialised part short (PostgreSQL: writes nobody else can see
         yet go before it); on SQLite the transaction is the only writer from its start anyway.
         """
-        version: int = session.execute(_TAKE_LOCK, {"lock_name": name}).scalar_one()
+        session.flush()  # as an ORM statement would: what the block changed goes before the lock
+        version: int = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
         session.info["lock_version"] = version
         return version
 
@@ -150,7 +162,73 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         self.engine.dispose()
+
+
+class Checkpoints:
+    """SQLite's WAL copied back into the database file off the request threads.
+
+    SQLite checkpoints on the commit that grows the WAL past 1,000 pages: that request then
+    writes the pages to the database file and waits for two fsyncs while holding the process's
+    write lock. Here every ``CHECKPOINT_EVERY`` commits a PASSIVE checkpoint, which waits for
+    no reader or writer, is handed to a thread of its own (started once: starting a thread waits
+    for it to run); commits go on meanwhile. At most one runs at a time; the connections' own
+    checkpoint is only a backstop (``WAL_BACKSTOP_PAGES``). A checkpoint cut short (kill -9) is
+    safe: the WAL is the record until a checkpoint ends.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._commits = 0
+        self._thread: ThreadPoolExecutor | None = None
+        self._running: Future[None] | None = None
+
+    def committed(self) -> None:
+        with self._lock:
+            self._commits += 1
+            if self._commits < CHECKPOINT_EVERY:
+                return
+            if self._running is not None and not self._running.done():
+                return
+            self._commits = 0
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="climate-checkpoint")
+            self._running = self._thread.submit(self._checkpoint)
+
+    def join(self) -> None:
+        """Wait for the checkpoint under way, if any."""
+        with self._lock:
+            running = self._running
+        if running is not None:
+            running.result()
+
+    def close(self) -> None:
+        """Wait for the checkpoint under way and end the thread (a later commit starts one)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=True)
+
+    def _checkpoint(self) -> None:
+        try:
+            connection = self._engine.raw_connection()
+            try:
+                cursor = connection.cursor()
+                cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                cursor.fetchall()
+                cursor.close()
+            finally:
+                connection.close()
+        except Exception:  # the next one copies these pages too; the backstop bounds the WAL
+            LOG.warning("SQLite WAL checkpoint failed", exc_info=True)
+
+
+def _sqlite_file(url: str) -> bool:
+    path = url.split("///", 1)[1] if "///" in url else ""
+    return url.startswith("sqlite") and path not in ("", ":memory:")
 
 
 def _undo(session: Session) -> None:
@@ -185,6 +263,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
     cursor.close()
 
 

@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from climate.db import managers
+from climate.db import managers, raw
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
@@ -185,17 +185,15 @@ def insert_new(session: Session, lease: Lease) -> None:
     without a reload, and the unit of work has nothing to track.
     """
     try:
-        session.execute(_ADD_LEASE, [_columns(lease)])
+        raw.write(session, _ADD_LEASE, [_columns(lease)])
     except IntegrityError as error:
         if not _name_clash(error):
             raise
         raise Conflict(
             f"name: a lease named {lease.name!r} already exists in project {lease.project_id}"
         ) from None
-    if lease.reservations:
-        session.execute(_ADD_RESERVATIONS, [_columns(r) for r in lease.reservations])
-    if lease.events:
-        session.execute(_ADD_EVENTS, [_columns(e) for e in lease.events])
+    raw.write(session, _ADD_RESERVATIONS, [_columns(r) for r in lease.reservations])
+    raw.write(session, _ADD_EVENTS, [_columns(e) for e in lease.events])
 
 
 def _name_clash(error: IntegrityError) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import bindparam, delete, select, text
 
@@ -246,6 +246,11 @@ def host_ids(hosts: HostService) -> list[int]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ops=OPS)
+# Found in CI: a lease deleted as it starts keeps an empty allocation, which hid the next lease
+# of its host from the calendar.
+@example(
+    ops=[("create", 0, 1, 1, 1), ("delete", 0), ("create", 0, 1, 1, 1), ("create", 0, 1, 1, 1)]
+)
 def test_random_operations_never_double_book_and_refuse_only_when_full(
     ctx: ServiceContext,
     leases: LeaseService,

@@ -109,7 +109,7 @@ class Calendar:
     def of(cls, spans: Iterable[Span]) -> Calendar:
         """A calendar holding ``spans``, laid out in one pass (loading is not span by span)."""
         calendar = cls()
-        listed = list(spans)
+        listed = [s for s in spans if s.start < s.end]  # see ``add``
         grouped: dict[str, list[_Held]] = {}
         for span in listed:
             grouped.setdefault(span.owner, []).append((span.host_id, span.start, span.end))
@@ -143,6 +143,10 @@ class Calendar:
     # -- changes -----------------------------------------------------------------------------
 
     def add(self, span: Span) -> None:
+        if span.end <= span.start:
+            # An allocation cut at its start (a lease deleted as it began) holds nothing; kept, it
+            # would break the order of the host's ends that every overlap search bisects.
+            return
         self._generation += 1
         slot = self._slot(span.host_id)
         offset, count = int(self._offset[slot]), int(self._count[slot])

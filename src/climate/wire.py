@@ -55,9 +55,7 @@ def stamp(value: dt.datetime | None) -> str | None:
     """``STAMP_FORMAT``, written as ``formats.lease_date`` is, for speed."""
     if value is None:
         return None
-    if value.tzinfo is not dt.UTC:
-        value = value.astimezone(dt.UTC)
-    return value.isoformat(" ", "seconds")[:19]
+    return formats.in_utc(value).isoformat(" ", "seconds")[:19]
 
 
 def lease(row: LeaseView, queue_position: int | None = None) -> dict[str, Any]:

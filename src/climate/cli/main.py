@@ -61,9 +61,10 @@ def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
         listener = bind(settings)
     is_sqlite = settings.effective_database_url.startswith("sqlite")
     db = open_database(settings, upgrade=args.command == "serve" or is_sqlite)
-    settle_heap()
     if listener is None:
-        _run_manager(build_workers(build_context(settings, db)), db.url)
+        workers = build_workers(build_context(settings, db))
+        settle_heap()
+        _run_manager(workers, db.url)
     elif args.workers > 1:
         _run_api_workers(args, settings, listener)
     else:
@@ -101,9 +102,12 @@ def _run_api(ctx: ServiceContext, listener: socket.socket, workers: Workers | No
     import uvicorn
 
     from climate.api.app import create_app
+    from climate.runtime import settle_heap
     from climate.serving import ServerConfig
 
-    server = uvicorn.Server(ServerConfig(create_app(ctx), ctx.settings))
+    app = create_app(ctx)
+    settle_heap()  # once everything long-lived is built: the collector skips it from now on
+    server = uvicorn.Server(ServerConfig(app, ctx.settings))
     _print_listening(ctx.settings, str(ctx.db.url))
     if workers is not None:
         workers.start(watch=ctx.db.dialect != "sqlite")

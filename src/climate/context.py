@@ -101,8 +101,12 @@ class ServiceContext:
 
     def events_changed(self, session: Session, earliest: dt.datetime) -> None:
         """Events now wait from ``earliest`` on: at commit, tell the managers of other processes
-        (NOTIFY) and of this one."""
-        lease_rows.signal_event_change(session, earliest)
+        (NOTIFY) and of this one. Other processes are told only of an event within
+        ``max_wait_seconds``: no manager sleeps longer before reading the queue again, and on
+        PostgreSQL every transaction that notifies commits one after the other."""
+        horizon = self.clock.now() + dt.timedelta(seconds=self.settings.max_wait_seconds)
+        if earliest <= horizon:
+            lease_rows.signal_event_change(session, earliest)
         session.info.setdefault("on_commit", []).append(lambda: self.wake_manager(earliest))
 
 

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVarTuple
 
-from sqlalchemy import Insert, Select, Table, delete, insert, select, update
+from sqlalchemy import Insert, Select, Table, case, delete, insert, select, text, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from climate.db import raw
@@ -146,10 +146,51 @@ def record_changes(session: Session, version: int, reservation_ids: Iterable[str
         _insert_into(table_of(AllocationChange)),
         [{"version": version, "reservation_id": rid} for rid in reservation_ids],
     )
-    if version % 1000 == 0 and version > KEEP_CHANGES:
-        horizon = version - KEEP_CHANGES
-        session.execute(delete(AllocationChange).where(AllocationChange.version <= horizon))
-        session.execute(update(Lock).where(Lock.name == CALENDAR_PRUNED).values(version=horizon))
+    _prune(session, version)
+
+
+_NUMBER_AND_LOG = text(
+    "WITH numbered AS (UPDATE locks SET version = version + 1 WHERE name = :lock_name"
+    " RETURNING version),"
+    " logged AS (INSERT INTO allocation_changes (version, reservation_id)"
+    " SELECT numbered.version, owner FROM numbered, unnest(CAST(:owners AS text[])) AS owner)"
+    " SELECT version FROM numbered"
+)
+
+
+def number_and_commit(session: Session, lock_name: str, reservation_ids: Iterable[str]) -> int:
+    """PostgreSQL: take the next version of lock ``lock_name``, log these reservations'
+    changes under it and commit, in one round trip (a shared admission's last statement: the
+    row stays locked only until the commit ends). The caller prunes the log if ``prunes_at``
+    the version."""
+    version: int = raw.rows_then_commit(
+        session, _NUMBER_AND_LOG, {"lock_name": lock_name, "owners": sorted(reservation_ids)}
+    )[0][0]
+    return version
+
+
+def prunes_at(version: int) -> bool:
+    """Whether the log's old entries go once ``version`` has committed (``prune``)."""
+    return version % 1000 == 0 and version > KEEP_CHANGES
+
+
+def prune(session: Session, version: int) -> None:
+    """Forget the log's entries ``KEEP_CHANGES`` versions before ``version``, under the
+    admission lock."""
+    horizon = version - KEEP_CHANGES
+    session.execute(delete(AllocationChange).where(AllocationChange.version <= horizon))
+    # Never back: a later prune may have committed first (shared admissions prune after
+    # their commit), and the log no longer holds what it cut.
+    session.execute(
+        update(Lock)
+        .where(Lock.name == CALENDAR_PRUNED)
+        .values(version=case((Lock.version < horizon, horizon), else_=Lock.version))
+    )
+
+
+def _prune(session: Session, version: int) -> None:
+    if prunes_at(version):
+        prune(session, version)
 
 
 def changes_since(session: Session, version: int) -> set[str] | None:

@@ -2,10 +2,12 @@
 
 Admission asks it what is busy around a window instead of scanning the allocations (of hosts in
 ``host_allocations``, of one kind of item in ``item_allocations``: an ``AllocationStore``). It is
-only read and changed under the admission lock, whose version numbers every committed change:
-before use, the cache reloads just the reservations logged in ``allocation_changes`` since the
-version it reflects (other processes' admissions), or everything if the log no longer reaches
-back. Changes made in a transaction are applied at once and undone if it rolls back.
+only changed under the admission lock, whose version numbers every committed change: before
+use, the cache reloads just the reservations logged in ``allocation_changes`` since the version
+it reflects (other processes' admissions), or everything if the log no longer reaches back.
+Changes made in a transaction are applied at once and undone if it rolls back. In the lock's
+shared mode (``db/locking.py``) several admissions of this process may have booked here at once,
+each in its own reservation; their changes are logged under the version their commit takes.
 
 The log is shared by every calendar: reservation ids are unique across resource types, so a
 calendar catching up drops the changed reservations it holds and reloads those its store has.
@@ -25,6 +27,8 @@ from climate.db import allocations as allocation_rows
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
+from climate.db import locking
+from climate.db.engine import CHANGED, Database
 from climate.planner.calendar import Calendar, FloatArray, HostSet, IntArray, Span, seconds
 from climate.planner.hosts import HostsView
 
@@ -117,6 +121,9 @@ class CalendarCache:
 
     def sync(self, session: Session) -> None:
         """Bring the calendar up to the last committed admission before this transaction."""
+        if Database.shares(session):
+            self._sync_shared(session)
+            return
         ours = self._lock_version(session)
         if not session.info.get(self._synced):
             stale = self._stale(session)
@@ -136,22 +143,40 @@ class CalendarCache:
             self._on(session, "on_commit", lambda: self._set_version(ours - bool(stale)))
         self._refresh_stale(session)
 
+    def _sync_shared(self, session: Session) -> None:
+        """A shared admission's sync (``db/locking.py``): up to the last commit numbered. The
+        exclusive holders' changes are all in it (the mode waited for them); shared holders
+        committing meanwhile only book resources this one will lock before it books them."""
+        if session.info.get(self._synced):
+            return
+        self._catch_up_to(session, lease_rows.admission_version(session))
+        session.info[self._synced] = True
+        self._on(session, "on_commit", lambda: self._numbered(session.info["lock_version"]))
+
+    def _catch_up_to(self, session: Session, committed: int) -> None:
+        with self._guard:
+            if self._version is None:
+                self._reload(session)
+            elif self._version < committed:
+                self._catch_up(session, self._version)
+            else:
+                return
+            self._version = committed
+
+    def _numbered(self, version: int) -> None:
+        """This process committed ``version``, which the calendar shows already."""
+        with self._guard:
+            if self._version == version - 1:
+                self._version = version
+
     @contextlib.contextmanager
     def reading(self, session: Session) -> Iterator[Calendar]:
         """The calendar, brought up to at least the last admission committed before ``session``
         read the lock's version, and held still while the caller reads it (an admission of this
         process waits to change it). Takes no admission lock: for searches in a reader session.
         It may include an admission of this process that has not committed yet."""
-        committed = lease_rows.admission_version(session)
+        self._catch_up_to(session, lease_rows.admission_version(session))
         with self._guard:
-            if self._version is None:
-                self._reload(session)
-                self._version = committed
-            elif self._version < committed:
-                # No admission of this process is under way after its sync: it would hold the
-                # lock, so nothing newer than what it synced to could have committed.
-                self._catch_up(session, self._version)
-                self._version = committed
             yield self._calendar
 
     def _catch_up(self, session: Session, version: int) -> None:
@@ -259,8 +284,16 @@ class CalendarCache:
         fresh: bool = False,
     ) -> list[Any]:
         """Give ``reservation_id`` exactly ``host_ids`` (or items) over [start, end), in the
-        database and here (``fresh``: it holds nothing yet); returns the new allocations."""
+        database and here (``fresh``: it holds nothing yet); returns the new allocations.
+
+        :raises locking.Contended: a shared admission (``db/locking.py``) chose a resource
+            another transaction holds.
+        """
         self.sync(session)
+        if Database.shares(session) and not locking.try_resources(
+            session, self._store.name, host_ids
+        ):
+            raise locking.Contended(f"{self._store.name} {sorted(host_ids)}: booked meanwhile")
         rows = list(
             self._store.replace(
                 session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
@@ -290,7 +323,9 @@ class CalendarCache:
     def _swap(
         self, session: Session, reservation_id: str, new: list[Span], *, log: bool = True
     ) -> None:
-        if log:
+        if log and Database.shares(session):
+            session.info.setdefault(CHANGED, set()).add(reservation_id)
+        elif log:
             allocation_rows.record_changes(session, self._lock_version(session), [reservation_id])
         with self._guard:
             old = self._calendar.drop_owner(reservation_id)

@@ -13,14 +13,18 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import bindparam, create_engine, event, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from climate.db import raw
+from climate.db import allocations, locking, raw
 from climate.db.tables import Lock, table_of
 
 ADMISSION_LOCK = "admission"
+_SHARED = "admission_shared"
+CHANGED = "allocations_changed"
+"""A shared admission's reservations whose allocations it changed, logged as it commits."""
+EXCLUSION_VIOLATION = "23P01"
 INVENTORY_VERSION = "inventory"
 """Bumped by every inventory change, so that processes know when to reload their caches."""
 
@@ -49,6 +53,10 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+def _sqlstate(error: DBAPIError) -> str | None:
+    return getattr(error.orig, "sqlstate", None)
+
+
 def retry_transient(use_case: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run a use case again, up to ``TRANSIENT_ATTEMPTS`` times in all, when the database
     aborted its transaction to break a deadlock: the transaction rolled back whole (in-memory
@@ -61,7 +69,7 @@ def retry_transient(use_case: Callable[_P, _R]) -> Callable[_P, _R]:
             try:
                 return use_case(*args, **kwargs)
             except OperationalError as exc:
-                state = getattr(exc.orig, "sqlstate", None)
+                state = _sqlstate(exc)
                 if state not in TRANSIENT_SQLSTATES or attempt == TRANSIENT_ATTEMPTS:
                     raise
                 LOG.warning("%s: transaction aborted (%s), running it again", use_case, state)
@@ -87,10 +95,21 @@ class Database:
         return self.engine.dialect.name
 
     @contextlib.contextmanager
-    def transaction(self, *, lock: str | None = None, rollback: bool = False) -> Iterator[Session]:
+    def transaction(
+        self, *, lock: str | None = None, rollback: bool = False, shared: bool = False
+    ) -> Iterator[Session]:
         """One transaction; with ``lock``, serialised against every other holder of that lock;
         with ``rollback``, rolled back at the end of the block instead of committed (a dry run:
         the block's objects stay as built, nothing it wrote remains).
+
+        ``shared`` (PostgreSQL; elsewhere ignored): the admission lock, when the block takes it,
+        is taken in the shared mode (``db/locking.py``): other shared holders go on beside it,
+        each locking the resources it books. The lock's version is then taken just before
+        commit, numbering commits in their order (``session.info["lock_version"]`` from then
+        on), with the changes of the reservations in ``session.info[CHANGED]`` logged under it
+        for other processes' calendars (``allocation_changes``), and an overlap the
+        exclusion constraint finds, another process having booked a resource first, raises
+        ``Contended``: the caller runs the block again alone.
 
         The lock is taken first thing, which on SQLite makes the transaction a writer from its
         first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
@@ -107,6 +126,8 @@ class Database:
         try:
             with self._writer(), self._sessions() as session:
                 session.info["after_rollback"] = later
+                if shared and self.dialect == "postgresql":
+                    session.info[_SHARED] = False  # True once taken
                 try:
                     with session.begin():
                         session.connection(execution_options={"climate_write": True})
@@ -120,6 +141,13 @@ class Database:
                         if rollback:
                             _undo(session)
                             session.rollback()
+                        elif session.info.get(_SHARED):
+                            self._number_commit(session)
+                except IntegrityError as error:
+                    _undo(session)
+                    if session.info.get(_SHARED) and _sqlstate(error) == EXCLUSION_VIOLATION:
+                        raise locking.Contended(str(error.orig)) from error
+                    raise
                 except BaseException:
                     _undo(session)  # the commit failed
                     raise
@@ -135,17 +163,48 @@ class Database:
             raise
 
     @staticmethod
-    def lock(session: Session, name: str) -> int:
+    def lock(session: Session, name: str) -> None:
         """Take the lock ``name`` for the rest of the transaction: every other holder waits until
-        it ends. Returns the lock's new version (also in ``session.info["lock_version"]``).
+        it ends; its new version is in ``session.info["lock_version"]``. The admission lock in a
+        ``shared`` transaction is taken in the shared mode, its version only before commit.
 
         Taking it late keeps the serialised part short (PostgreSQL: writes nobody else can see
         yet go before it); on SQLite the transaction is the only writer from its start anyway.
         """
         session.flush()  # as an ORM statement would: what the block changed goes before the lock
-        version: int = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
+        if name == ADMISSION_LOCK and session.get_bind().dialect.name == "postgresql":
+            if _SHARED in session.info:
+                locking.shared(session)
+                session.info[_SHARED] = True
+                return
+            locking.exclusive(session)
+        session.info["lock_version"] = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
+
+    @staticmethod
+    def admitting(session: Session) -> bool:
+        """Whether this transaction holds the admission lock, in either mode."""
+        return "lock_version" in session.info or bool(session.info.get(_SHARED))
+
+    @staticmethod
+    def shares(session: Session) -> bool:
+        """Whether this transaction holds the admission lock in the shared mode: what it books,
+        it locks (``locking.try_resources``); other shared holders may be booking beside it."""
+        return bool(session.info.get(_SHARED))
+
+    def _number_commit(self, session: Session) -> None:
+        # What runs at commit (the audit rows) runs first: numbering is the last statement,
+        # sent with the COMMIT, and the row it locks is held only until that commit ends.
+        session.dispatch.before_commit(session)
+        session.flush()
+        changed = session.info.pop(CHANGED, ())
+        version = allocations.number_and_commit(session, ADMISSION_LOCK, changed)
         session.info["lock_version"] = version
-        return version
+        if allocations.prunes_at(version):
+            session.info.setdefault("on_commit", []).append(lambda: self._prune(version))
+
+    def _prune(self, version: int) -> None:
+        with self.transaction(lock=ADMISSION_LOCK) as session:
+            allocations.prune(session, version)
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[None]:

@@ -57,6 +57,27 @@ def rows(session: Session, statement: ClauseElement, params: Mapping[str, Any]) 
         cursor.close()
 
 
+def rows_then_commit(
+    session: Session, statement: ClauseElement, params: Mapping[str, Any]
+) -> list[Any]:
+    """PostgreSQL: ``rows``, with the transaction's COMMIT sent in the same round trip
+    (psycopg's pipeline mode): a row ``statement`` locks is held until the commit ends, not
+    also while this process gets back to send the COMMIT (under load, a wait for the GIL of
+    up to a switch interval). The session's own commit then finds nothing left to do."""
+    connection = session.connection()
+    compiled, processors = _compiled(statement, connection.dialect)
+    args = _arguments(compiled, processors, params)
+    driver: Any = connection.connection.driver_connection
+    try:
+        with driver.pipeline():
+            cursor = driver.cursor()
+            cursor.execute(compiled.string, args)
+            driver.commit()
+            return list(cursor.fetchall())
+    except connection.dialect.loaded_dbapi.Error as error:
+        raise _wrapped(error, connection, compiled.string, args) from error
+
+
 def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str, Any]]) -> None:
     """Run ``statement`` (an INSERT, UPDATE or DELETE without ``RETURNING``) once per row of
     ``rows``, which all have the same keys, in one DBAPI ``executemany`` in the session's

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from climate import wire
 from climate.addresses import BUS_PREFIX
 from climate.context import ServiceContext
-from climate.db import audit, outbox
+from climate.db import audit, locking, outbox
 from climate.db.tables import Lease
 from climate.domain.actor import Actor
 from climate.errors import UsageRuleBroken
@@ -106,6 +106,10 @@ def admit(
     recorded = not dry_run and not _TRIAL.get() and step != QUEUE
     if not settings.rules and not url:
         return
+    if settings.rules and ctx.db.shares(session):
+        # Admissions beside this one may book for the same project or user: the rules count
+        # what those hold, so each owner's admissions are judged one after the other.
+        locking.owners(session, [f"project:{lease.project_id}", f"user:{lease.user_id}"])
     decisions = judge(ctx, session, lease, now, before) if settings.rules else []
     broken = [d for d in decisions if not d.allowed]
     if broken:

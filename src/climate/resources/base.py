@@ -44,6 +44,10 @@ class ResourceType(abc.ABC):
     server group): a lease of this type carries a Keystone trust (``ServiceContext.delegate``)."""
     wire: ClassVar[WireFields | None] = None
     """Its reservation fields on the wire, for the API's document (None: not described)."""
+    books_per_resource: ClassVar[bool] = False
+    """A new reservation can be admitted beside other admissions in the shared mode
+    (``db/locking.py``): ``admit`` then locks the resources it books and raises
+    ``locking.Contended`` where it would need more than that (moving other leases)."""
 
     def configure(self, settings: Settings) -> None:
         """Take the operator's settings (called once, when the service context is built);

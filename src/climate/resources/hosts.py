@@ -15,8 +15,9 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.config import Settings
 from climate.db import hosts as host_rows
-from climate.db import repacking
+from climate.db import locking, repacking
 from climate.db.calendar_cache import CalendarCache
+from climate.db.engine import Database
 from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy
 from climate.errors import InvalidInput, NotEnoughCapacity
@@ -30,7 +31,7 @@ from climate.planner.availability import (
 from climate.planner.calendar import HostSet, moment
 from climate.planner.hosts import HostDemand, choose_hosts
 from climate.planner.query import parse_query
-from climate.planner.repack import Occupant, RepackDemand, Taken, plan
+from climate.planner.repack import Occupant, Repack, RepackDemand, Taken, plan
 from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
@@ -107,6 +108,7 @@ HOLD_ATTEMPTS = 3
 
 class PhysicalHostType(ResourceType, WholeHosts):
     name = "physical:host"
+    books_per_resource = True
     before_end_actions = frozenset({"default", "notification"})
     end_policies = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT})
     wire = WireFields(
@@ -203,9 +205,15 @@ class PhysicalHostType(ResourceType, WholeHosts):
             chosen = choose_hosts(demand, calendars)
         except NotEnoughCapacity:
             # Late binding: pending leases may exchange hosts for equivalent ones to make room.
-            busy = self.calendar.taken(session, matching, start, end, [reservation.id])
             if now is None:
                 raise
+            busy = self.calendar.taken(session, matching, start, end, [reservation.id])
+            if Database.shares(session):
+                # Moving other leases is for the exclusive mode, which stops every admission
+                # while it runs: a search that finds no moves refuses here, beside the others.
+                if self._moves(session, reservation, demand, matching, now, busy) is None:
+                    raise
+                raise locking.Contended("late binding moves other leases") from None
             if held:
                 # Moves may hand this reservation's old hosts to others: give them up first, as
                 # the planner already assumes (PostgreSQL checks overlaps statement by statement).
@@ -232,6 +240,38 @@ class PhysicalHostType(ResourceType, WholeHosts):
     ) -> bool:
         """Move pending reservations (planner/repack.py) so that ``demand`` fits; False if no
         allowed moves do."""
+        fixed: set[str] = set()
+        for _ in range(HOLD_ATTEMPTS):
+            found = self._moves(session, reservation, demand, matching, now, busy, fixed)
+            if found is None:
+                return False
+            moved = {m.lease_id for m in found.moves}
+            starting = moved - repacking.hold_starts(session, moved)
+            if not starting:
+                break
+            fixed |= starting  # a manager is starting them: plan again without moving them
+        else:
+            return False
+
+        def replace(rid: str, lid: str, hosts: list[int], s: dt.datetime, e: dt.datetime) -> None:
+            self.calendar.replace(session, rid, lid, hosts, s, e)
+
+        repacking.apply(session, found.moves, replace)
+        return True
+
+    def _moves(
+        self,
+        session: Session,
+        reservation: Reservation,
+        demand: HostDemand,
+        matching: HostSet,
+        now: dt.datetime,
+        busy: Taken,
+        fixed: Collection[str] = (),
+    ) -> Repack | None:
+        """Moves of pending reservations, but those of the leases ``fixed``, that make room for
+        ``demand`` (planner/repack.py), found within the re-optimisation budget; None if none
+        are. Reads only."""
         matched: dict[tuple[str, str], frozenset[int]] = {}
 
         def eligible(params: dict[str, Any]) -> frozenset[int]:
@@ -267,28 +307,10 @@ class PhysicalHostType(ResourceType, WholeHosts):
             required=demand.must_keep,
             closed=len(candidates) == len(eligible({})),
         )
-        deadline = self._reoptimise_deadline()
-        fixed: set[str] = set()
-        for _ in range(HOLD_ATTEMPTS):
-            world = repacking.DatabaseWorld(
-                session, spans, counts, eligible, reservation.id, reservation.lease_id, fixed
-            )
-            found = plan(wanted, now, world, busy=busy, deadline=deadline)
-            if found is None:
-                return False
-            moved = {m.lease_id for m in found.moves}
-            starting = moved - repacking.hold_starts(session, moved)
-            if not starting:
-                break
-            fixed |= starting  # a manager is starting them: plan again without moving them
-        else:
-            return False
-
-        def replace(rid: str, lid: str, hosts: list[int], s: dt.datetime, e: dt.datetime) -> None:
-            self.calendar.replace(session, rid, lid, hosts, s, e)
-
-        repacking.apply(session, found.moves, replace)
-        return True
+        world = repacking.DatabaseWorld(
+            session, spans, counts, eligible, reservation.id, reservation.lease_id, set(fixed)
+        )
+        return plan(wanted, now, world, busy=busy, deadline=self._reoptimise_deadline())
 
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
         if all(a.end_date <= at for a in reservation.allocations):

@@ -12,17 +12,20 @@ counter-offer, which ``attempt`` does not have.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
 from climate.context import ServiceContext
+from climate.db.locking import Contended
 from climate.db.tables import Reservation
 from climate.domain.admission import Admitted, Refused
 from climate.errors import NotEnoughCapacity, UsageRuleBroken
 
 T = TypeVar("T")
+LOG = logging.getLogger(__name__)
 
 
 def book(
@@ -53,14 +56,26 @@ def attempt(
     *,
     lock: str | None = None,
     rollback: bool = False,
+    shared: bool = False,
 ) -> Admitted[T] | Refused:
     """Run ``write`` (which books through ``book``) in a transaction of its own, committed, or
     rolled back with ``rollback`` (a dry run). A refusal comes back as a value once the
-    transaction has rolled back; any other error is raised."""
-    try:
-        with ctx.db.transaction(lock=lock, rollback=rollback) as session:
-            written = write(session)
-    except NotEnoughCapacity as refused:
-        broken = refused if isinstance(refused, UsageRuleBroken) else None
-        return Refused(str(refused), broken)
-    return Admitted(written)
+    transaction has rolled back; any other error is raised.
+
+    ``shared``: every reservation ``write`` books is of a type that ``books_per_resource``. It
+    is tried in the admission lock's shared mode first (``db/locking.py``), beside other such
+    admissions; if it needs more (another transaction took a resource it chose, or only
+    moving other leases would make room), it runs again alone.
+    """
+    for alone in (False, True) if shared else (True,):
+        try:
+            with ctx.db.transaction(lock=lock, rollback=rollback, shared=not alone) as session:
+                written = write(session)
+        except Contended as contended:
+            LOG.debug("admitting alone: %s", contended)
+            continue
+        except NotEnoughCapacity as refused:
+            broken = refused if isinstance(refused, UsageRuleBroken) else None
+            return Refused(str(refused), broken)
+        return Admitted(written)
+    raise AssertionError("the exclusive mode is never contended")

@@ -122,6 +122,7 @@ class Creating(LeaseBase):
             self.ctx,
             lambda session: self.write(session, actor, checked, now),
             rollback=request.dry_run,  # the lease stays as built, with nothing of it written
+            shared=self._books_per_resource(checked),
         )
         if isinstance(outcome, Refused):
             if outcome.broken is not None:
@@ -146,7 +147,10 @@ class Creating(LeaseBase):
         dry run rolls either back, after reading where the lease would wait)."""
         dry_run = checked.request.dry_run
         outcome = attempt(
-            self.ctx, lambda session: self.write(session, actor, checked, now), rollback=dry_run
+            self.ctx,
+            lambda session: self.write(session, actor, checked, now),
+            rollback=dry_run,
+            shared=self._books_per_resource(checked),
         )
         if isinstance(outcome, Admitted):
             return Trial(outcome.lease, quote=credits.quoted(outcome.lease))
@@ -157,6 +161,11 @@ class Creating(LeaseBase):
                 queue = [row.id for row in lease_rows.waiting(session)]
                 position = queue.index(lease.id) + 1
         return Trial(lease, position)
+
+    def _books_per_resource(self, checked: Checked) -> bool:
+        return all(
+            bool(self._type_of(r, "reservations").books_per_resource) for _, r in checked.prepared
+        )
 
     def check(self, actor: Actor, request: LeaseRequest, now: dt.datetime) -> Checked:
         """Every check of a new lease with fixed dates that needs no capacity: its name,
@@ -210,7 +219,7 @@ class Creating(LeaseBase):
         # lock: only the capacity decision is serialised. The name is the unique index's.
         lease_rows.insert_new(session, lease)
         record(session, now, actor, "lease.create", lease, window(lease))
-        if "lock_version" not in session.info:
+        if not self.ctx.db.admitting(session):
             self.ctx.db.lock(session, ADMISSION_LOCK)
         book(self.ctx, session, lease.reservations, start, request.end, active=False, now=now)
         fairshare.admit(self.ctx, session, actor, lease, now, "create", dry_run=request.dry_run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 import sqlite3
 import time
@@ -49,7 +50,11 @@ def host_body(i: int, pool: str) -> dict[str, Any]:
     }
 
 
-def lease_body(name: str, start: dt.datetime, end: dt.datetime) -> dict[str, Any]:
+def lease_body(
+    name: str, start: dt.datetime, end: dt.datetime, *, rack: int | None = None
+) -> dict[str, Any]:
+    """A one-host lease; with ``rack``, on a host of that rack (``host_body``)."""
+    where = "" if rack is None else json.dumps(["==", "$rack", f"r{rack:02d}"])
     return {
         "name": name,
         "start_date": iso(start),
@@ -60,7 +65,7 @@ def lease_body(name: str, start: dt.datetime, end: dt.datetime) -> dict[str, Any
                 "min": 1,
                 "max": 1,
                 "hypervisor_properties": "",
-                "resource_properties": "",
+                "resource_properties": where,
             }
         ],
         "events": [],

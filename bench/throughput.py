@@ -6,6 +6,10 @@ C clients create one-host leases somewhere in the next year until the time is up
 then the same clients delete every lease they made (deletes/s). The
 server is ``climate serve`` on SQLite (the embedded default), or ``climate api --workers N`` on
 PostgreSQL: N API processes against one database, no manager (these leases start far ahead).
+Each client asks for hosts of its own rack (``rack`` r00 to r15): requests spread over disjoint
+host pools, which per-resource locking admits side by side. On PostgreSQL a sampler reads
+``pg_stat_activity`` every 50 ms while the clients create: the share of the service's busy
+backends that wait on a lock (``wait_event_type = 'Lock'``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ from bench.stats import percentile, table
 from bench.targets import Target
 
 CREATES_GOAL = 300.0
-SCALING_GOAL = 2.0
+SCALING_GOAL = 1.0
+"""PostgreSQL, 4 API processes over 1 on the 2-core machine: no lower (issue 17)."""
+LOCK_WAIT_GOAL = 10.0
+"""PostgreSQL, 4 API processes: % of busy backend samples waiting on a lock."""
+RACKS = 16
+SAMPLE_SECONDS = 0.05
 
 
 @dataclass
@@ -59,7 +68,7 @@ def _creator(base_url: str, seconds: float, index: int, tally: _Tally) -> None:
         n += 1
         start = now + dt.timedelta(minutes=rng.randrange(0, 365 * 24 * 60))
         end = start + dt.timedelta(minutes=rng.randrange(30, 240))
-        body = json.dumps(lease_body(f"t{index}-{n}", start, end))
+        body = json.dumps(lease_body(f"t{index}-{n}", start, end, rack=index % RACKS))
         began = time.perf_counter()
         conn.request("POST", "/v1/leases", body, headers)
         response = conn.getresponse()
@@ -107,15 +116,64 @@ def _merged(tallies: list[_Tally]) -> tuple[list[float], dict[str, int]]:
     return latencies, errors
 
 
-def measure(base_url: str, clients: int, seconds: float) -> dict[str, Any]:
-    """C clients create leases for ``seconds``; then the same clients delete them all."""
+class _LockWaits:
+    """Samples the database's backends (but its own) while the clients create: how many are
+    busy (``active``) and how many of those wait on a heavyweight lock."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+        self._stop = threading.Event()
+        self.busy = 0
+        self.waiting = 0
+        self.by_event: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._sample, name="lock-waits")
+
+    def __enter__(self) -> _LockWaits:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self._url.replace("postgresql+psycopg", "postgresql")) as conn:
+            conn.autocommit = True
+            while not self._stop.wait(SAMPLE_SECONDS):
+                rows = conn.execute(
+                    "SELECT wait_event_type, wait_event FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND state = 'active'"
+                ).fetchall()
+                for kind, event in rows:
+                    self.busy += 1
+                    if kind == "Lock":
+                        self.waiting += 1
+                        self.by_event[event] = self.by_event.get(event, 0) + 1
+
+    @property
+    def percent(self) -> float | None:
+        return 100.0 * self.waiting / self.busy if self.busy else None
+
+
+def measure(
+    base_url: str, clients: int, seconds: float, database_url: str | None = None
+) -> dict[str, Any]:
+    """C clients create leases for ``seconds``; then the same clients delete them all. With a
+    PostgreSQL ``database_url``, lock waits are sampled while they create."""
     made = [_Tally() for _ in range(clients)]
-    create_wall = _run(
-        [
-            threading.Thread(target=_creator, args=(base_url, seconds, i, made[i]))
-            for i in range(clients)
-        ]
-    )
+    creators = [
+        threading.Thread(target=_creator, args=(base_url, seconds, i, made[i]))
+        for i in range(clients)
+    ]
+    waits: _LockWaits | None = None
+    if database_url is not None and database_url.startswith("postgresql"):
+        with _LockWaits(database_url) as waits:
+            create_wall = _run(creators)
+    else:
+        create_wall = _run(creators)
     gone = [_Tally() for _ in range(clients)]
     delete_wall = _run(
         [
@@ -137,6 +195,9 @@ def measure(base_url: str, clients: int, seconds: float) -> dict[str, Any]:
         "create_p50_ms": percentile(creates, 50) if creates else None,
         "create_p99_ms": percentile(creates, 99) if creates else None,
         "delete_p50_ms": percentile(deletes, 50) if deletes else None,
+        "lock_wait_percent": waits.percent if waits is not None else None,
+        "lock_waits_by_event": waits.by_event if waits is not None else {},
+        "busy_samples": waits.busy if waits is not None else 0,
     }
 
 
@@ -159,7 +220,7 @@ def run_throughput(
                 ),
             )
             warm.raise_for_status()
-        result = measure(server.base_url, clients, seconds)
+        result = measure(server.base_url, clients, seconds, server.database_url)
     processes = f"{api_workers} API processes" if api_workers else "climate serve"
     result.update({"db": db, "processes": processes, "api_workers": max(api_workers, 1)})
     return result
@@ -198,7 +259,18 @@ def throughput_targets(results: dict[str, Any]) -> list[Target]:
             higher_is_better=True,
             note=f"{one:.0f}/s -> {four:.0f}/s",
         ),
+        Target(
+            "PostgreSQL, 4 API processes: busy backends waiting on a lock",
+            results["pg_4"]["lock_wait_percent"],
+            LOCK_WAIT_GOAL,
+            "%",
+            note=f"1 process: {_percent(results['pg_1']['lock_wait_percent'])}",
+        ),
     ]
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
 
 
 def print_throughput(results: dict[str, Any]) -> None:
@@ -221,6 +293,8 @@ def print_throughput(results: dict[str, Any]) -> None:
                 f"{r['create_p50_ms']:.1f}" if r["create_p50_ms"] else "-",
                 f"{r['create_p99_ms']:.1f}" if r["create_p99_ms"] else "-",
                 f"{r['delete_p50_ms']:.1f}" if r["delete_p50_ms"] else "-",
+                _percent(r["lock_wait_percent"]),
+                ", ".join(f"{k} {v}" for k, v in sorted(r["lock_waits_by_event"].items())),
             ]
         )
     print(
@@ -235,6 +309,8 @@ def print_throughput(results: dict[str, Any]) -> None:
                 "create p50",
                 "p99",
                 "delete p50",
+                "lock waits",
+                "by event",
             ),
             rows,
             indent="    ",

@@ -117,7 +117,7 @@ def admit(
     recorded = not dry_run and not _TRIAL.get() and step != QUEUE
     if not settings.rules and not url:
         return
-    booked = step == CREATE
+    booked = step == CREATE  # its allocations are on its reservations, all of them
     decisions = judge(ctx, session, lease, now, before, booked=booked) if settings.rules else []
     broken = [d for d in decisions if not d.allowed]
     if broken:
@@ -161,8 +161,7 @@ def judge(
         previous,
     )
     active = [r for r in rules if lease.project_id not in r.exempt_projects]
-    own = _own_hosts(ctx, session, lease) if booked else None
-    users, project = _consumption(ctx, session, active, admission, own)
+    users, project = _consumption(ctx, session, active, admission, lease if booked else None)
     return evaluate(rules, admission, users, project)
 
 
@@ -171,14 +170,16 @@ def _consumption(
     session: Session,
     rules: Sequence[Rule],
     admission: Admission,
-    own: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
+    booked: Lease | None = None,
 ) -> tuple[list[Span], list[Span] | None]:
     """What the rules need: the user's spans (the lease's own included), and the project's
     when a rule counts per project: each over the range its rules look at (the user's, only
-    that of the rules that can apply to ``own``, the lease's resources, when they are known)."""
+    that of the rules that can apply to the hosts of ``booked``, a lease this transaction has
+    just booked)."""
     types = needed_types(rules) & admission.resource_types
     if not types:
         return [], None
+    own = None if booked is None else _own_hosts(ctx, session, booked)
     mine = reach(_reaching(rules, own), admission, "user") or (admission.start, admission.end)
     ours = reach(rules, admission, "project")
     return spans(ctx, session, admission.project_id, admission.user_id, mine, ours, types)

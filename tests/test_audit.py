@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -157,6 +158,25 @@ def test_each_committed_row_is_logged_as_one_json_line(
             "target_type": "host",
         }
     ]
+
+
+def test_no_json_is_made_at_commit_for_a_line_the_logger_drops(
+    ctx: ServiceContext,
+    hosts: HostService,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="climate.audit")
+
+    def unwanted(text: str) -> object:
+        raise AssertionError(f"a dropped log line was decoded: {text}")
+
+    monkeypatch.setattr(audit, "json", SimpleNamespace(dumps=json.dumps, loads=unwanted))
+    host = hosts.create(ADMIN, "compute-0", {})
+    assert [(r.action, r.target_id, detail(r)) for r in rows(ctx)] == [
+        ("host.create", str(host.id), {"name": "compute-0"})
+    ]
+    assert [r for r in caplog.records if r.name == "climate.audit"] == []
 
 
 @pytest.mark.parametrize("planned", [False, True])

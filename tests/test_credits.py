@@ -25,6 +25,7 @@ from climate.domain.status import LeaseType
 from climate.errors import Conflict, Forbidden, InvalidInput, NotEnoughCredits
 from climate.fairshare import credits as credits_module
 from climate.manager.service import Manager
+from climate.resources.capabilities import item_kinds
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.credits import CreditsService
@@ -209,6 +210,23 @@ def test_a_lapsed_hold_refunds_and_a_confirmed_hold_stays_encumbered(
 
 def _held(request: LeaseRequest) -> LeaseRequest:
     return dataclasses.replace(request, hold=HOUR)
+
+
+def test_what_an_allocation_counts_is_worked_out_once_per_set_of_resource_types(
+    world: ServiceContext,
+) -> None:
+    types = world.resource_types
+    counted = credits_module.measures(types)
+    assert credits_module.measures(dict(types)) is counted
+    kinds = item_kinds(types)
+    assert kinds
+    assert dict(counted) == credits_module._MEASURES | {
+        kind.kind: ((kind.resource_type, 0, 1),) for kind in kinds.values()
+    }
+    without_items = {name: t for name, t in types.items() if name not in kinds}
+    assert dict(credits_module.measures(without_items)) == credits_module._MEASURES
+    with pytest.raises(TypeError):
+        counted["host"] = ()  # type: ignore[index]
 
 
 def test_free_resources_need_no_credits(world: ServiceContext) -> None:

@@ -5,6 +5,7 @@ DBAPI's errors come out as SQLAlchemy's."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, insert, select, update
@@ -42,11 +43,25 @@ def test_ledger_rows_read_back_as_written_in_order(db: Database) -> None:
         assert credit_rows.entries(session, "p", 10) == written
 
 
-def test_the_inventory_version_reads_this_transactions_bump(db: Database) -> None:
+def test_the_inventory_version_reads_this_transactions_bump(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    statements = []
+    real = raw.rows
+
+    def counted(*args: Any) -> list[Any]:
+        statements.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(raw, "rows", counted)
     with db.transaction() as session:
         before = host_rows.inventory_version(session)
+        assert host_rows.inventory_version(session) == before
+        assert len(statements) == 1  # read once per transaction
         host_rows.bump_inventory(session)
         assert host_rows.inventory_version(session) == before + 1
+        assert host_rows.inventory_version(session) == before + 1
+        assert len(statements) == 2
     with db.reader() as session:
         assert host_rows.inventory_version(session) == before + 1
 

@@ -157,6 +157,8 @@ def _json(detail: Detail) -> str:
 
 def _log_on_commit(session: Session, rows: list[dict[str, Any]]) -> None:
     def log() -> None:
+        if not LOG.isEnabledFor(logging.INFO):  # the line would be dropped: skip its JSON
+            return
         for row in rows:
             line = {**row, "at": row["at"].isoformat()}
             line["detail"] = json.loads(row["detail"]) if row["detail"] else None

@@ -131,15 +131,22 @@ def bump_inventory(session: Session) -> None:
     session.execute(
         update(Lock).where(Lock.name == INVENTORY_VERSION).values(version=Lock.version + 1)
     )
+    session.info.pop(_VERSION_READ, None)
 
 
 _LOCKS = table_of(Lock).c
 _INVENTORY_VERSION = select(_LOCKS.version).where(_LOCKS.name == INVENTORY_VERSION)
+_VERSION_READ = "inventory_version"
 
 
 def inventory_version(session: Session) -> int:
-    found = raw.rows(session, _INVENTORY_VERSION, {})
-    return int(found[0][0] or 0) if found else 0
+    """The inventory version, read once per transaction (a session is one transaction) unless
+    it bumps it: an admission with usage rules asks twice, for the hosts and for their facts."""
+    known: int | None = session.info.get(_VERSION_READ)
+    if known is None:
+        found = raw.rows(session, _INVENTORY_VERSION, {})
+        known = session.info[_VERSION_READ] = int(found[0][0] or 0) if found else 0
+    return known
 
 
 UP = "up"

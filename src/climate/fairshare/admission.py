@@ -24,7 +24,18 @@ from climate.domain.actor import Actor
 from climate.errors import UsageRuleBroken
 from climate.fairshare import external
 from climate.fairshare.consumption import host_facts, needed_types, spans
-from climate.fairshare.rules import Admission, Decision, Rule, Span, evaluate, reach
+from climate.fairshare.rules import (
+    COUNTED_KINDS,
+    HOSTS,
+    Admission,
+    Decision,
+    Kind,
+    Rule,
+    Span,
+    evaluate,
+    reach,
+)
+from climate.planner.query import MATCH_ALL
 from climate.resources.capabilities import WholeHosts
 
 LOG = logging.getLogger(__name__)
@@ -110,7 +121,8 @@ def admit(
         # Admissions beside this one may book for the same project or user: the rules count
         # what those hold, so each owner's admissions are judged one after the other.
         locking.owners(session, [f"project:{lease.project_id}", f"user:{lease.user_id}"])
-    decisions = judge(ctx, session, lease, now, before) if settings.rules else []
+    booked = step == CREATE  # its allocations are on its reservations, all of them
+    decisions = judge(ctx, session, lease, now, before, booked=booked) if settings.rules else []
     broken = [d for d in decisions if not d.allowed]
     if broken:
         if recorded:
@@ -130,8 +142,12 @@ def judge(
     lease: Lease,
     now: dt.datetime,
     before: Mapping[str, object] | None = None,
+    *,
+    booked: bool = False,
 ) -> list[Decision]:
-    """Every rule's decision on ``lease`` as the session sees it (allocations included)."""
+    """Every rule's decision on ``lease`` as the session sees it (allocations included).
+    ``booked``: this transaction has just booked every reservation of the new lease (each one's
+    allocations are on it): the user's read is narrowed to the rules that can apply to them."""
     rules = ctx.settings.rules
     previous = None
     if before is not None:
@@ -149,21 +165,72 @@ def judge(
         previous,
     )
     active = [r for r in rules if lease.project_id not in r.exempt_projects]
-    users, project = _consumption(ctx, session, active, admission)
+    users, project = _consumption(ctx, session, active, admission, lease if booked else None)
     return evaluate(rules, admission, users, project)
 
 
 def _consumption(
-    ctx: ServiceContext, session: Session, rules: Sequence[Rule], admission: Admission
+    ctx: ServiceContext,
+    session: Session,
+    rules: Sequence[Rule],
+    admission: Admission,
+    booked: Lease | None = None,
 ) -> tuple[list[Span], list[Span] | None]:
     """What the rules need: the user's spans (the lease's own included), and the project's
-    when a rule counts per project: each over the range its rules look at."""
+    when a rule counts per project: each over the range its rules look at (the user's, only
+    that of the rules that can apply to the hosts of ``booked``, a lease this transaction has
+    just booked)."""
     types = needed_types(rules) & admission.resource_types
     if not types:
         return [], None
-    mine = reach(rules, admission, "user") or (admission.start, admission.end)
+    own = None if booked is None else _own_hosts(ctx, session, booked)
+    mine = reach(_reaching(rules, own), admission, "user") or (admission.start, admission.end)
     ours = reach(rules, admission, "project")
     return spans(ctx, session, admission.project_id, admission.user_id, mine, ours, types)
+
+
+def _reaching(
+    rules: Sequence[Rule], own: Sequence[tuple[str, Mapping[str, Any]]] | None
+) -> Sequence[Rule]:
+    """The rules whose reach the user's read must cover: every rule, or, when the lease's own
+    resources are known, not those no resource of it is in the scope of (counted kinds,
+    stacking scoped by properties): ``evaluate`` leaves them out. A rule left in sees every
+    span of its own reach either way; a concurrent peak and a stacking chain look at nothing
+    else. A rolling budget's running total starts at the first span read, so a budget that
+    applies keeps the whole range (its float sums stay the same, bit for bit)."""
+    if own is None:
+        return rules
+    kept = [r for r in rules if not _cannot_apply(r, own)]
+    if any(r.kind == Kind.BUDGET and r.per == "user" for r in kept):
+        return rules
+    return kept
+
+
+def _cannot_apply(rule: Rule, own: Sequence[tuple[str, Mapping[str, Any]]]) -> bool:
+    if rule.kind in COUNTED_KINDS:
+        return not any(rule.covers(kind, props) for kind, props in own)
+    if rule.kind == Kind.STACKING and rule.properties is not MATCH_ALL:
+        return not any(rule.scoped(kind, props) for kind, props in own)
+    return False
+
+
+def _own_hosts(
+    ctx: ServiceContext, session: Session, lease: Lease
+) -> list[tuple[str, Mapping[str, Any]]] | None:
+    """Each host allocation of the lease as its reservations carry them, with the host's
+    properties as ``spans`` reads them; None unless every reservation is of whole hosts and
+    carries its allocations, each within the lease's window and not empty (so that every read
+    covering that window reads each of them)."""
+    hosts, _ = host_facts(ctx, session)
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for r in lease.reservations:
+        if r.resource_type != HOSTS or "allocations" not in r.__dict__:
+            return None
+        for a in r.allocations:
+            if not lease.start_date <= a.start_date < a.end_date <= lease.end_date:
+                return None
+            found.append((HOSTS, hosts.get(a.host_id, {})))
+    return found
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -48,11 +49,21 @@ _ONE = dt.timedelta(microseconds=1)
 _QUOTES: weakref.WeakKeyDictionary[Lease, Decimal] = weakref.WeakKeyDictionary()
 
 
-def measures(resource_types: Mapping[str, ResourceType]) -> dict[str, tuple[Measure, ...]]:
+def measures(resource_types: Mapping[str, ResourceType]) -> Mapping[str, tuple[Measure, ...]]:
     """What an allocation counts, per allocation table (``billing.Held.table``): an item is one
     of its kind's resource type."""
-    items = item_kinds(resource_types).values()
-    return _MEASURES | {kind.kind: ((kind.resource_type, 0, 1),) for kind in items}
+    return _measures(tuple(resource_types.items()))
+
+
+@functools.lru_cache(maxsize=8)
+def _measures(
+    resource_types: tuple[tuple[str, ResourceType], ...],
+) -> Mapping[str, tuple[Measure, ...]]:
+    # Once per set of types: every quote asks (the types' isinstance tests cost more than it).
+    items = item_kinds(dict(resource_types)).values()
+    return MappingProxyType(
+        _MEASURES | {kind.kind: ((kind.resource_type, 0, 1),) for kind in items}
+    )
 
 
 @functools.lru_cache(maxsize=8)

@@ -146,7 +146,8 @@ def record_changes(session: Session, version: int, reservation_ids: Iterable[str
         _insert_into(table_of(AllocationChange)),
         [{"version": version, "reservation_id": rid} for rid in reservation_ids],
     )
-    _prune(session, version)
+    if prunes_at(version):
+        prune(session, version)
 
 
 _NUMBER_AND_LOG = text(
@@ -186,11 +187,6 @@ def prune(session: Session, version: int) -> None:
         .where(Lock.name == CALENDAR_PRUNED)
         .values(version=case((Lock.version < horizon, horizon), else_=Lock.version))
     )
-
-
-def _prune(session: Session, version: int) -> None:
-    if prunes_at(version):
-        prune(session, version)
 
 
 def changes_since(session: Session, version: int) -> set[str] | None:

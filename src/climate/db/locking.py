@@ -3,8 +3,8 @@
 Two modes share one key. Most writers of capacity take it exclusively, then the ``locks`` row,
 as every admission once did (``Database.lock``). A new lease whose resources are booked one
 resource at a time (``ResourceType.books_per_resource``: whole hosts) takes it shared
-(``Database.share``): such admissions run side by side, each locking only what it chose, in a
-lock order that cannot close a cycle:
+(``Database.transaction(shared=True)``, then ``Database.lock``): such admissions run side by
+side, each locking only what it chose, in a lock order that cannot close a cycle:
 
 1. the mode, shared (an exclusive holder, say a repack moving other leases, waits for every
    shared holder to end, and new ones wait behind it);
@@ -21,7 +21,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from climate.db import raw
@@ -50,12 +50,12 @@ _OWNERS_IN_ORDER = text(
 
 def exclusive(session: Session) -> None:
     """Take the admission mode alone, waiting for every shared holder to end."""
-    _run(session, _EXCLUSIVE, {"a": _MODE[0], "b": _MODE[1]})
+    raw.rows(session, _EXCLUSIVE, {"a": _MODE[0], "b": _MODE[1]})
 
 
 def shared(session: Session) -> None:
     """Take the admission mode beside other shared holders."""
-    _run(session, _SHARED, {"a": _MODE[0], "b": _MODE[1]})
+    raw.rows(session, _SHARED, {"a": _MODE[0], "b": _MODE[1]})
 
 
 def try_resources(session: Session, store: str, ids: Iterable[int]) -> bool:
@@ -70,13 +70,9 @@ def try_resources(session: Session, store: str, ids: Iterable[int]) -> bool:
 
 def owners(session: Session, keys: Iterable[str]) -> None:
     """Lock the usage rules' owners (a project's and a user's ids), waiting, in sorted order."""
-    _run(session, _OWNERS_IN_ORDER, {"a": _OWNERS, "keys": sorted(set(keys))})
+    raw.rows(session, _OWNERS_IN_ORDER, {"a": _OWNERS, "keys": sorted(set(keys))})
 
 
 def _store_class(store: str) -> int:
     # Signed 32 bits, as advisory keys are; distinct from the mode's and the owners' classes.
     return zlib.crc32(store.encode()) % 0x3FFF_FFFF + 0x4000_0000
-
-
-def _run(session: Session, statement: TextClause, params: dict[str, object]) -> None:
-    raw.rows(session, statement, params)

@@ -163,9 +163,7 @@ class Creating(LeaseBase):
         return Trial(lease, position)
 
     def _books_per_resource(self, checked: Checked) -> bool:
-        return all(
-            bool(self._type_of(r, "reservations").books_per_resource) for _, r in checked.prepared
-        )
+        return all(self._type_of(r, "reservations").books_per_resource for _, r in checked.prepared)
 
     def check(self, actor: Actor, request: LeaseRequest, now: dt.datetime) -> Checked:
         """Every check of a new lease with fixed dates that needs no capacity: its name,

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from climate.config import Settings
-from climate.db import usage
 from climate.db.engine import Database
 from climate.domain.clock import ManualClock
 from climate.fairshare import admission
@@ -111,19 +110,19 @@ def test_a_new_lease_out_of_a_budget_s_scope_reads_only_what_the_others_need(
     ctx = build_context(settings.model_copy(update={"usage_rules": rules}), db, clock)
     add_hosts(hosts, 1, prefix="gpu", gpu="a100", gpu_count="4")
     add_hosts(hosts, 1, prefix="cpu", gpu="none")
-    asked: list[tuple[dt.datetime, dt.datetime]] = []
-    real = usage.held
+    asked: list[tuple[float, float]] = []
+    real = admission.spans
 
-    def spy(*args: Any) -> list[usage.Held]:
-        asked.append(args[3])
+    def spy(*args: Any) -> tuple[list[Span], list[Span] | None]:
+        asked.append(args[4])  # the user's range, from the calendar or the database
         return real(*args)
 
-    monkeypatch.setattr(usage, "held", spy)
+    monkeypatch.setattr(admission, "spans", spy)
     start, end = T0 + H, T0 + 3 * H
     wanted = f'["==", "$gpu", "{"a100" if gpu else "none"}"]'
     LeaseService(ctx).create(ALICE, host_request("l", start, end, resource_properties=wanted))
     pad = dt.timedelta(days=30) if gpu else dt.timedelta(0)
-    assert asked == [(start - pad, end + pad)]
+    assert asked == [((start - pad).timestamp(), (end + pad).timestamp())]
 
 
 def test_a_budget_that_applies_keeps_the_whole_read() -> None:

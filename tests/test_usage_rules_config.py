@@ -1,16 +1,19 @@
 """Usage rules in the config file: what stops start-up, naming the rule; and the pure figures
-(peak, rolling window, chains) against hand-worked cases."""
+(peak, rolling window, chains) against hand-worked cases, the rolling window also against a
+brute force."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from climate.config import load_settings
 from climate.errors import InvalidInput
 from climate.fairshare.rule_config import parse_span
-from climate.fairshare.rules import DAY, Span, chain, peak, rolling
+from climate.fairshare.rules import DAY, Span, chain, held_over, peak, rolling
 
 
 def load(tmp_path: Path, text: str) -> object:
@@ -165,6 +168,42 @@ def test_rolling_finds_the_fullest_window() -> None:
     # Windows of 20 overlapping [30, 40): [30, 50) holds b (10) and c (5).
     assert rolling(spans, "hosts", 20, 30, 40) == 15
     assert rolling(spans, "hosts", 100, 30, 40) == 25
+
+
+def test_rolling_reads_a_level_stretch_between_rising_and_falling() -> None:
+    # Windows of 10 overlapping [0, 30): full of a (2 hosts) from t = 0 to 2, then less.
+    spans = [span("a", 0, 12, 2), span("b", 14, 16, 3), span("c", 25, 27)]
+    assert rolling(spans, "hosts", 10, 0, 30) == 20
+    # Overlapping [20, 30) only: [16, 26) takes 1 of c, [10, 20) 2 * 2 of a and 3 * 2 of b.
+    assert rolling(spans, "hosts", 10, 20, 30) == 10
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> tuple[list[Span], float, float, float]:
+    """Spans to the millisecond with whole amounts, a window length and a range."""
+    ms = st.integers(0, 2_000_000).map(lambda v: v / 1000)
+    spans = []
+    for i in range(draw(st.integers(0, 30))):
+        begin = draw(ms)
+        length = draw(st.integers(1, 500_000)) / 1000
+        spans.append(span(f"l{i}", begin, begin + length, draw(st.sampled_from([1, 2, 4, 32]))))
+    start = draw(ms)
+    return spans, draw(st.sampled_from([1.0, 60.0, 300.0, 1_000.0])), start, start + draw(ms)
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=windows())
+def test_rolling_is_the_fullest_window_a_brute_force_finds(
+    case: tuple[list[Span], float, float, float],
+) -> None:
+    """Every window that can be fullest (its start or end on a span's start or end, or at an
+    end of the range), each summed span by span."""
+    spans, window, start, end = case
+    low, high = start - window, end
+    edges = {t for s in spans for t in (s.start, s.end, s.start - window, s.end - window)}
+    starts = {low, high} | {t for t in edges if low <= t <= high}
+    brute = max(held_over(spans, "hosts", t, t + window) for t in starts)
+    assert rolling(spans, "hosts", window, start, end) == pytest.approx(brute, rel=1e-12, abs=1e-6)
 
 
 def test_chains_join_leases_less_than_the_gap_apart() -> None:

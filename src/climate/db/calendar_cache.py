@@ -11,12 +11,17 @@ each in its own reservation; their changes are logged under the version their co
 
 The log is shared by every calendar: reservation ids are unique across resource types, so a
 calendar catching up drops the changed reservations it holds and reloads those its store has.
+
+It also knows whose the allocations are (each reservation's lease, each lease's project and user,
+which never change), so that an admission's usage rules read what a project holds from memory
+(``held``) rather than with a range scan.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Protocol
@@ -34,6 +39,9 @@ from climate.planner.hosts import HostsView
 
 # Allocations that ended this long before the cache was loaded are left out of it.
 HISTORY = dt.timedelta(days=30)
+Owned = tuple[str, str, int, float, float, bool]
+"""An allocation as ``CalendarCache.held`` gives it: lease id, user id, host, start and end in
+seconds since the epoch, and whether it was read as the user's (else as the project's)."""
 SYNCED = "calendar_synced"
 STALE = "calendar_stale"
 
@@ -116,6 +124,12 @@ class CalendarCache:
         self._calendar = Calendar()
         self._version: int | None = None
         self._guard = threading.Lock()
+        self._complete_after = math.inf  # every allocation ending after this is here
+        self._lease_of: dict[str, str] = {}  # reservation -> lease
+        self._owners: dict[str, tuple[str, str]] = {}  # lease -> project, user
+        self._placed: set[str] = set()  # reservations filed under their project
+        self._of_project: dict[str, dict[str, tuple[str, str]]] = {}  # reservation -> lease, user
+        self._unplaced: set[str] = set()  # reservations whose project is not looked up yet
 
     # -- keeping in step ---------------------------------------------------------------------
 
@@ -188,10 +202,24 @@ class CalendarCache:
             self._calendar.drop_owner(owner)
         for row in self._store.spans_of(session, changed):
             self._calendar.add(_span(row))
+            self._note(row.reservation_id, row.lease_id)
 
     def _reload(self, session: Session) -> None:
         since = dt.datetime.now(dt.UTC) - HISTORY
-        self._calendar = Calendar.of(_span(row) for row in self._store.spans_since(session, since))
+        rows = self._store.spans_since(session, since)
+        self._calendar = Calendar.of(_span(row) for row in rows)
+        self._complete_after = seconds(since)
+        self._lease_of, self._placed, self._of_project = {}, set(), {}
+        self._unplaced = set()
+        for row in rows:
+            self._note(row.reservation_id, row.lease_id)
+
+    def _note(self, reservation_id: str, lease_id: str) -> None:
+        """``reservation_id`` of ``lease_id`` has spans here (called holding the guard)."""
+        if lease_id:
+            self._lease_of[reservation_id] = lease_id
+            if reservation_id not in self._placed:
+                self._unplaced.add(reservation_id)
 
     def _set_version(self, version: int | None) -> None:
         with self._guard:
@@ -216,10 +244,12 @@ class CalendarCache:
         owners = sorted(stale)
         stale.clear()
         new: dict[str, list[Span]] = {owner: [] for owner in owners}
+        leases: dict[str, str] = {}
         for row in self._store.spans_of(session, owners):
             new[row.reservation_id].append(_span(row))
+            leases[row.reservation_id] = row.lease_id
         for owner, spans in new.items():
-            self._swap(session, owner, spans, log=False)
+            self._swap(session, owner, spans, log=False, lease_id=leases.get(owner, ""))
 
     @staticmethod
     def _lock_version(session: Session) -> int:
@@ -300,28 +330,35 @@ class CalendarCache:
             )
         )
         new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
-        self._swap(session, reservation_id, new)
+        self._swap(session, reservation_id, new, lease_id=lease_id)
         return rows
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
         """End the reservation's allocations at ``at``, in the database and here."""
         self.sync(session)
         self._store.truncate(session, reservation_id, at)
-        new = [_span(row) for row in self._store.spans_of(session, [reservation_id])]
-        self._swap(session, reservation_id, new)
+        self.reread(session, [reservation_id])
 
     def reread(self, session: Session, reservation_ids: Collection[str]) -> None:
         """Take these reservations' allocations as this transaction wrote them (healing moves
         single rows, services/healing.py), here and, through the log, in other processes."""
         self.sync(session)
         new: dict[str, list[Span]] = {rid: [] for rid in reservation_ids}
+        leases: dict[str, str] = {}
         for row in self._store.spans_of(session, list(new)):
             new[row.reservation_id].append(_span(row))
+            leases[row.reservation_id] = row.lease_id
         for rid, spans in new.items():
-            self._swap(session, rid, spans)
+            self._swap(session, rid, spans, lease_id=leases.get(rid, ""))
 
     def _swap(
-        self, session: Session, reservation_id: str, new: list[Span], *, log: bool = True
+        self,
+        session: Session,
+        reservation_id: str,
+        new: list[Span],
+        *,
+        log: bool = True,
+        lease_id: str = "",
     ) -> None:
         if log and Database.shares(session):
             session.info.setdefault(CHANGED, set()).add(reservation_id)
@@ -331,11 +368,80 @@ class CalendarCache:
             old = self._calendar.drop_owner(reservation_id)
             for span in new:
                 self._calendar.add(span)
+            self._note(reservation_id, lease_id)
 
         def undo() -> None:
             with self._guard:
                 self._calendar.drop_owner(reservation_id)
                 for span in old:
                     self._calendar.add(span)
+                self._note(reservation_id, self._lease_of.get(reservation_id, ""))
 
         self._on(session, "on_rollback", undo)
+
+    # -- whose allocations -------------------------------------------------------------------
+
+    def held(
+        self,
+        session: Session,
+        project_id: str,
+        user_id: str,
+        mine: tuple[float, float],
+        ours: tuple[float, float] | None,
+        lease: tuple[str, str, str] | None = None,
+    ) -> list[Owned] | None:
+        """The allocations of ``user_id``'s leases in ``project_id`` overlapping ``mine`` and,
+        unless None, of all the project's leases overlapping ``ours`` (a row of the user's in
+        both ranges comes twice), deleted leases too: ``db/usage.held``'s rows for whole
+        hosts, from memory. ``lease``: the id, project and user of a lease this transaction
+        wrote.
+
+        None when the calendar cannot tell: it holds every allocation the transaction sees only
+        once synced under the admission lock in its exclusive mode (an admission's own
+        transaction), and none that ended long before it was loaded (``HISTORY``).
+        """
+        if not session.info.get(self._synced) or Database.shares(session):
+            return None
+        if min(mine[0], mine[0] if ours is None else ours[0]) < self._complete_after:
+            return None
+        with self._guard:
+            if lease is not None:
+                self._owners.setdefault(lease[0], (lease[1], lease[2]))
+            if self._unplaced and not self._place(session):
+                return None
+            members = self._of_project.get(project_id, {})
+            by_owner = self._calendar.by_owner
+            found: list[Owned] = []
+            gone: list[str] = []
+            for reservation_id, (lease_id, user) in members.items():
+                spans = by_owner.get(reservation_id)
+                if spans is None:
+                    gone.append(reservation_id)
+                    continue
+                own = user == user_id
+                for host, start, end in spans:
+                    if own and start < mine[1] and end > mine[0]:
+                        found.append((lease_id, user, host, start, end, True))
+                    if ours is not None and start < ours[1] and end > ours[0]:
+                        found.append((lease_id, user, host, start, end, False))
+            for reservation_id in gone:  # filed again (``_note``) if it gets spans back
+                del members[reservation_id]
+                self._placed.discard(reservation_id)
+            return found
+
+    def _place(self, session: Session) -> bool:
+        """File the reservations noted since under their leases' projects (reading the leases
+        not known yet); False if one that holds spans has no lease to be found."""
+        pending = [(r, self._lease_of[r]) for r in self._unplaced]
+        missing = [lease_id for _, lease_id in pending if lease_id not in self._owners]
+        if missing:
+            self._owners.update(lease_rows.owners(session, missing))
+        for reservation_id, lease_id in pending:
+            known = self._owners.get(lease_id)
+            if known is not None:
+                self._placed.add(reservation_id)
+                self._of_project.setdefault(known[0], {})[reservation_id] = (lease_id, known[1])
+                self._unplaced.discard(reservation_id)
+            elif reservation_id not in self._calendar.by_owner:
+                self._unplaced.discard(reservation_id)  # noted again if it gets spans
+        return not self._unplaced

@@ -287,6 +287,8 @@ class SpanRow:
     start: dt.datetime
     end: dt.datetime
     reservation_id: str
+    lease_id: str = ""
+    """Empty for a span of no lease (a host's instance usage)."""
 
 
 _SPAN_COLUMNS = (
@@ -294,6 +296,7 @@ _SPAN_COLUMNS = (
     HostAllocation.start_date,
     HostAllocation.end_date,
     HostAllocation.reservation_id,
+    HostAllocation.lease_id,
 )
 
 

@@ -45,6 +45,8 @@ REMINDER_PRIORITY = EVENT_ORDER[EventType.BEFORE_END_LEASE] + 1
 """The priority that marks a ``before_end_lease`` event as a reminder (a notification only)
 rather than the before-end action at ``before_end_date``: at one instant it runs after every
 other kind. A reminder's offset is its lease's end minus its time, kept so as the end moves."""
+_CHUNK = 500
+"""Ids per ``IN`` list."""
 
 
 def reminder_ids(session: Session, events: Iterable[DueEvent]) -> set[str]:
@@ -358,6 +360,20 @@ def claim(
             updated_at=now,
         )
     )
+
+
+def owners(session: Session, lease_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+    """Each lease's project and user (which never change), deleted leases too."""
+    found: dict[str, tuple[str, str]] = {}
+    wanted = sorted(lease_ids)
+    for i in range(0, len(wanted), _CHUNK):
+        query = select(Lease.id, Lease.project_id, Lease.user_id).where(
+            Lease.id.in_(wanted[i : i + _CHUNK])
+        )
+        found.update(
+            (lease_id, (project, user)) for lease_id, project, user in session.execute(query)
+        )
+    return found
 
 
 def admission_version(session: Session) -> int:

@@ -186,7 +186,9 @@ def _consumption(
     own = None if booked is None else _own_hosts(ctx, session, booked)
     mine = reach(_reaching(rules, own), admission, "user") or (admission.start, admission.end)
     ours = reach(rules, admission, "project")
-    return spans(ctx, session, admission.project_id, admission.user_id, mine, ours, types)
+    return spans(
+        ctx, session, admission.project_id, admission.user_id, mine, ours, types, admission.lease_id
+    )
 
 
 def _reaching(

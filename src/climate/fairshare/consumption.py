@@ -18,13 +18,15 @@ from sqlalchemy.orm import Session
 from climate.context import ServiceContext
 from climate.db import hosts as host_rows
 from climate.db import usage as usage_rows
+from climate.db.calendar_cache import Owned
 from climate.db.engine import Database
-from climate.fairshare.rules import COUNTED_KINDS, DURATION_KINDS, UNITS, Rule, Span
+from climate.fairshare.rules import COUNTED_KINDS, DURATION_KINDS, HOSTS, UNITS, Rule, Span
 from climate.planner.query import MATCH_ALL
+from climate.resources.capabilities import WholeHosts
 
 LOG = logging.getLogger(__name__)
 COUNTED_TYPES = frozenset().union(*UNITS.values())
-HOST_BASED = frozenset({"physical:host", "virtual:instance"})
+HOST_BASED = frozenset({HOSTS, "virtual:instance"})
 FLOATING, VOLUMES = "virtual:floatingip", "virtual:volume"
 _KNOWN = "usage_host_facts"
 _FACTS: weakref.WeakKeyDictionary[Database, _Facts] = weakref.WeakKeyDictionary()
@@ -50,13 +52,22 @@ def spans(
     mine: tuple[float, float],
     ours: tuple[float, float] | None,
     types: frozenset[str],
+    lease_id: str = "",
 ) -> tuple[list[Span], list[Span] | None]:
     """What ``user_id`` holds of ``types`` in ``project_id`` over ``mine`` and, unless None,
-    what the whole project holds over ``ours``, with each resource's properties and amounts."""
+    what the whole project holds over ``ours``, with each resource's properties and amounts.
+    ``lease_id``: a lease of theirs this transaction wrote. Whole hosts alone are read from the
+    hosts' calendar when it can tell (an admission's transaction), else from the database."""
 
     def moment(seconds: float) -> dt.datetime:
         return dt.datetime.fromtimestamp(seconds, dt.UTC)
 
+    hosts_type = ctx.resource_types.get(HOSTS)
+    if types == {HOSTS} and isinstance(hosts_type, WholeHosts):
+        lease = (lease_id, project_id, user_id) if lease_id else None
+        found = hosts_type.calendar.held(session, project_id, user_id, mine, ours, lease)
+        if found is not None:
+            return _host_spans(ctx, session, found, ours is not None)
     rows = usage_rows.held(
         session,
         project_id,
@@ -75,7 +86,7 @@ def spans(
     users: list[Span] = []
     project: list[Span] | None = None if ours is None else []
     for kind, lease_id, user, what, start, end, amount, own in rows:
-        if kind == "physical:host":
+        if kind == HOSTS:
             props, amounts = hosts.get(what, {}), amounts_of.get(what, {})
         elif kind == "virtual:instance":
             props, amounts = hosts.get(what, {}), {"vcpus": float(amount)}
@@ -83,11 +94,29 @@ def spans(
             props, amounts = items[what], {"ips": 1.0}
         else:
             props, amounts = pools[what], {"gb": float(amount)}
-        found = Span(lease_id, user, kind, props, amounts, start, end)
+        span = Span(lease_id, user, kind, props, amounts, start, end)
         if own:
-            users.append(found)
+            users.append(span)
         elif project is not None:
-            project.append(found)
+            project.append(span)
+    return users, project
+
+
+def _host_spans(
+    ctx: ServiceContext, session: Session, found: Sequence[Owned], ours: bool
+) -> tuple[list[Span], list[Span] | None]:
+    """``spans`` of whole hosts from the hosts' calendar (``CalendarCache.held``)."""
+    hosts, amounts_of = host_facts(ctx, session)
+    users: list[Span] = []
+    project: list[Span] | None = [] if ours else None
+    for lease_id, user, host, start, end, own in found:
+        span = Span(
+            lease_id, user, HOSTS, hosts.get(host, {}), amounts_of.get(host, {}), start, end
+        )
+        if own:
+            users.append(span)
+        elif project is not None:
+            project.append(span)
     return users, project
 
 

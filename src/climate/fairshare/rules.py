@@ -375,10 +375,11 @@ def held_over(spans: Sequence[Span], unit: str, low: float, high: float) -> floa
 
 def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: float) -> float:
     """The most unit-seconds held in any window of length ``window`` that overlaps [start,
-    end). What a window holds is piecewise linear in its position, so its maximum is where the
-    window's start or end meets a span's start or end, or at the ends of the range; each is
-    read off the running total of unit-seconds (sorted once: no span is summed twice) by
-    bisection."""
+    end). What the window starting at t holds, F(t + window) - F(t) with F the running total of
+    unit-seconds, is piecewise linear in t: its maximum is at an end of the range or where its
+    slope turns from rising to falling, which can only be where t or t + window meets a span's
+    start or end. One sweep over those instants keeps the slope (a sum of amounts: exact), and
+    only the turns are read off the running total (sorted once) by bisection."""
     changes: dict[float, float] = {}
     for s in spans:
         amount = s.amounts.get(unit, 0.0)
@@ -396,23 +397,33 @@ def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: 
         totals.append(total)
         rates.append(rate)
         previous = p
-
-    low, high = start - window, end
-    candidates = {low, high}
-    for p in points:
-        if low <= p <= high:
-            candidates.add(p)
-        if low <= p - window <= high:
-            candidates.add(p - window)
-    best = -math.inf
     after = bisect.bisect_right  # the index after the last point at or before x
-    for t in candidates:
+
+    def held(t: float) -> float:
         k, x = after(points, t) - 1, t + window
         begin = 0.0 if k < 0 else totals[k] + rates[k] * (t - points[k])
         k = after(points, x) - 1
-        held = (0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])) - begin
-        if held > best:
-            best = held
+        return (0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])) - begin
+
+    low, high = start - window, end
+    slope = 0.0  # just after low
+    turns: dict[float, float] = {}  # where the slope changes within the range, by how much
+    for p, change in changes.items():
+        entered = p - window  # from here on the window's end is past p
+        if entered <= low:
+            slope += change
+        elif entered < high:
+            turns[entered] = turns.get(entered, 0.0) + change
+        if p <= low:
+            slope -= change
+        elif p < high:
+            turns[p] = turns.get(p, 0.0) - change
+    best = max(held(low), held(high))
+    for t in sorted(turns):
+        turned = slope + turns[t]
+        if slope >= 0 >= turned:
+            best = max(best, held(t))
+        slope = turned
     return best
 
 

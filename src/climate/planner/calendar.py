@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,6 +232,11 @@ class Calendar:
         return self._used - room
 
     # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def by_owner(self) -> Mapping[str, tuple[tuple[int, float, float], ...]]:
+        """Every owner's spans: host, start, end (read-only)."""
+        return self._by_owner
 
     def overlapping(self, host_id: int, start: float, end: float) -> list[Span]:
         """The spans of ``host_id`` overlapping [start, end)."""

@@ -39,6 +39,7 @@ from climate.planner.hosts import HostsView
 
 # Allocations that ended this long before the cache was loaded are left out of it.
 HISTORY = dt.timedelta(days=30)
+_DAY = 86_400.0
 Owned = tuple[str, str, int, float, float, bool]
 """An allocation as ``CalendarCache.held`` gives it: lease id, user id, host, start and end in
 seconds since the epoch, and whether it was read as the user's (else as the project's)."""
@@ -127,9 +128,10 @@ class CalendarCache:
         self._complete_after = math.inf  # every allocation ending after this is here
         self._lease_of: dict[str, str] = {}  # reservation -> lease
         self._owners: dict[str, tuple[str, str]] = {}  # lease -> project, user
-        self._placed: set[str] = set()  # reservations filed under their project
-        self._of_project: dict[str, dict[str, tuple[str, str]]] = {}  # reservation -> lease, user
-        self._unplaced: set[str] = set()  # reservations whose project is not looked up yet
+        # project -> day its reservation's last span ends -> reservation -> lease, user
+        self._filed: dict[str, dict[int, dict[str, tuple[str, str]]]] = {}
+        self._filed_at: dict[str, tuple[str, int]] = {}  # reservation -> project, day
+        self._unfiled: set[str] = set()  # reservations whose spans changed since filed
 
     # -- keeping in step ---------------------------------------------------------------------
 
@@ -209,8 +211,8 @@ class CalendarCache:
         rows = self._store.spans_since(session, since)
         self._calendar = Calendar.of(_span(row) for row in rows)
         self._complete_after = seconds(since)
-        self._lease_of, self._placed, self._of_project = {}, set(), {}
-        self._unplaced = set()
+        self._lease_of, self._filed, self._filed_at = {}, {}, {}
+        self._unfiled = set()
         for row in rows:
             self._note(row.reservation_id, row.lease_id)
 
@@ -218,8 +220,7 @@ class CalendarCache:
         """``reservation_id`` of ``lease_id`` has spans here (called holding the guard)."""
         if lease_id:
             self._lease_of[reservation_id] = lease_id
-            if reservation_id not in self._placed:
-                self._unplaced.add(reservation_id)
+            self._unfiled.add(reservation_id)
 
     def _set_version(self, version: int | None) -> None:
         with self._guard:
@@ -407,41 +408,55 @@ class CalendarCache:
         with self._guard:
             if lease is not None:
                 self._owners.setdefault(lease[0], (lease[1], lease[2]))
-            if self._unplaced and not self._place(session):
+            if self._unfiled and not self._file(session):
                 return None
-            members = self._of_project.get(project_id, {})
             by_owner = self._calendar.by_owner
+            first = int(min(mine[0], mine[0] if ours is None else ours[0]) // _DAY)
             found: list[Owned] = []
-            gone: list[str] = []
-            for reservation_id, (lease_id, user) in members.items():
-                spans = by_owner.get(reservation_id)
-                if spans is None:
-                    gone.append(reservation_id)
-                    continue
-                own = user == user_id
-                for host, start, end in spans:
-                    if own and start < mine[1] and end > mine[0]:
-                        found.append((lease_id, user, host, start, end, True))
-                    if ours is not None and start < ours[1] and end > ours[0]:
-                        found.append((lease_id, user, host, start, end, False))
-            for reservation_id in gone:  # filed again (``_note``) if it gets spans back
-                del members[reservation_id]
-                self._placed.discard(reservation_id)
+            for day, members in self._filed.get(project_id, {}).items():
+                if day < first:
+                    continue  # every span of theirs ended before either range
+                for reservation_id, (lease_id, user) in members.items():
+                    own = user == user_id
+                    for host, start, end in by_owner.get(reservation_id, ()):
+                        if own and start < mine[1] and end > mine[0]:
+                            found.append((lease_id, user, host, start, end, True))
+                        if ours is not None and start < ours[1] and end > ours[0]:
+                            found.append((lease_id, user, host, start, end, False))
             return found
 
-    def _place(self, session: Session) -> bool:
-        """File the reservations noted since under their leases' projects (reading the leases
-        not known yet); False if one that holds spans has no lease to be found."""
-        pending = [(r, self._lease_of[r]) for r in self._unplaced]
-        missing = [lease_id for _, lease_id in pending if lease_id not in self._owners]
+    def _file(self, session: Session) -> bool:
+        """File the reservations whose spans changed under their leases' projects, by the day
+        their last span ends (reading the leases not known yet); False if one that holds spans
+        has no lease to be found."""
+        by_owner = self._calendar.by_owner
+        missing = {
+            lease_id
+            for r in self._unfiled
+            if (lease_id := self._lease_of[r]) not in self._owners and r in by_owner
+        }
         if missing:
             self._owners.update(lease_rows.owners(session, missing))
-        for reservation_id, lease_id in pending:
+        for reservation_id in list(self._unfiled):
+            before = self._filed_at.pop(reservation_id, None)
+            if before is not None:
+                days = self._filed[before[0]]
+                del days[before[1]][reservation_id]
+                if not days[before[1]]:
+                    del days[before[1]]
+            spans = by_owner.get(reservation_id)
+            lease_id = self._lease_of[reservation_id]
             known = self._owners.get(lease_id)
-            if known is not None:
-                self._placed.add(reservation_id)
-                self._of_project.setdefault(known[0], {})[reservation_id] = (lease_id, known[1])
-                self._unplaced.discard(reservation_id)
-            elif reservation_id not in self._calendar.by_owner:
-                self._unplaced.discard(reservation_id)  # noted again if it gets spans
-        return not self._unplaced
+            if spans and known is not None:
+                day = int(max(end for _, _, end in spans) // _DAY)
+                self._filed.setdefault(known[0], {}).setdefault(day, {})[reservation_id] = (
+                    lease_id,
+                    known[1],
+                )
+                self._filed_at[reservation_id] = (known[0], day)
+            elif spans:
+                continue  # its lease is not to be found: stays unfiled
+            self._unfiled.discard(
+                reservation_id
+            )  # filed, or holds nothing (noted again if it gets spans)
+        return not self._unfiled

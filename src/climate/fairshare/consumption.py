@@ -10,7 +10,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -141,10 +141,11 @@ def gpus(properties: Mapping[str, Any], name: str) -> float:
 def host_facts(
     ctx: ServiceContext, session: Session
 ) -> tuple[Mapping[int, Mapping[str, Any]], Mapping[int, Mapping[str, float]]]:
-    """Every host's properties and what it counts as (hosts, vCPUs, GPUs), kept per database
-    until the inventory version moves (read once per transaction)."""
+    """Every host's properties as the usage rules see them (``_Facts.seen_by``) and what it
+    counts as (hosts, vCPUs, GPUs), kept per database until the inventory version moves (read
+    once per transaction)."""
     facts = _facts(ctx, session)
-    return facts.properties, facts.amounts
+    return facts.seen_by(ctx.settings.rules), facts.amounts
 
 
 def host_properties(ctx: ServiceContext, session: Session) -> Mapping[int, Mapping[str, str]]:
@@ -160,6 +161,30 @@ class _Facts:
     properties: Mapping[int, Mapping[str, Any]]
     amounts: Mapping[int, Mapping[str, float]]
     extras: Mapping[int, Mapping[str, str]]
+    _seen: dict[int, tuple[Sequence[Rule], Mapping[int, Mapping[str, Any]]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def seen_by(self, rules: Sequence[Rule]) -> Mapping[int, Mapping[str, Any]]:
+        """Each host's properties that some rule's scope names, as one mapping shared by the
+        hosts that agree on all of them: a rule's scope test on one holds for all of them, and
+        the evaluation tests it once per such mapping (``rules._Pool``), not once per host."""
+        known = self._seen.get(id(rules))
+        if known is not None and known[0] is rules:
+            return known[1]
+        names = sorted(frozenset().union(*(r.properties.properties() for r in rules)))
+        shared: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        seen: dict[int, Mapping[str, Any]] = {}
+        for host, props in self.properties.items():
+            values = tuple(props.get(n) for n in names)
+            found = shared.get(values)
+            if found is None:
+                found = shared[values] = {
+                    n: v for n, v in zip(names, values, strict=True) if v is not None
+                }
+            seen[host] = found
+        self._seen[id(rules)] = (rules, seen)
+        return seen
 
 
 def _facts(ctx: ServiceContext, session: Session) -> _Facts:

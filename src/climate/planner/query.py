@@ -13,7 +13,7 @@ import json
 import math
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from climate.errors import MalformedQuery
@@ -55,16 +55,24 @@ class Comparison:
     op: str
     prop: str
     value: str
+    # The value as each side of a comparison needs it, worked out once (matching runs per host).
+    number: float | None = field(init=False, repr=False, compare=False)
+    text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "number", _as_number(self.value))
+        object.__setattr__(self, "text", _text(self.value))
 
     def matches(self, props: Properties) -> bool:
-        if self.prop not in props or props[self.prop] is None:
+        actual = props.get(self.prop)
+        if actual is None:
             return False
-        actual = props[self.prop]
-        left, right = _as_number(actual), _as_number(self.value)
         compare = _OPS[self.op]
-        if left is not None and right is not None:
-            return compare(left, right)
-        return compare(_text(actual), _text(self.value))
+        if self.number is not None:
+            left = _as_number(actual)
+            if left is not None:
+                return compare(left, self.number)
+        return compare(_text(actual), self.text)
 
     def properties(self) -> frozenset[str]:
         return frozenset({self.prop})

@@ -15,7 +15,11 @@ from climate.db import credits as credit_rows
 from climate.db import hosts as host_rows
 from climate.db import raw
 from climate.db.engine import ADMISSION_LOCK, Database
-from climate.db.tables import Lock, table_of
+from climate.db.tables import HostAllocation, Lock, table_of
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseService
+from tests.conftest import ALICE, T0
+from tests.helpers import add_hosts, host_request
 
 AT = dt.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
 
@@ -84,3 +88,19 @@ def test_a_write_comes_after_what_the_session_has_not_written_yet(db: Database) 
         session.add(Lock(name="pending", version=7))
         raw.write(session, bump, [{"lock_name": "pending"}])
         assert session.scalar(select(Lock.version).where(Lock.name == "pending")) == 8
+
+
+def test_times_are_stored_as_the_orm_stores_them(
+    db: Database, hosts: HostService, leases: LeaseService
+) -> None:
+    """A lease's allocations are written below the ORM; cut at the very instant they start (a
+    lease deleted as it begins) they are gone, not kept holding nothing: on SQLite that needs
+    both times in one text form."""
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("now", T0, T0 + dt.timedelta(hours=1)))
+    with db.transaction() as session:
+        stored = session.execute(select(HostAllocation.start_date)).scalars().all()
+        assert stored == [T0]
+    leases.delete(ALICE, lease.id)
+    with db.transaction() as session:
+        assert session.execute(select(HostAllocation.id)).all() == []

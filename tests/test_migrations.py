@@ -211,3 +211,23 @@ def test_instances_revision_goes_down_and_up_again(db: Database) -> None:
         assert "instance_allocations" in inspect(connection).get_table_names()
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert diff == []
+
+
+def test_sqlite_times_stored_in_the_short_form_get_their_microseconds(sqlite_url: str) -> None:
+    """Times written without their microseconds (below the ORM, before 0022) compare as text
+    with the long form wrongly at equal instants: the migration lengthens them."""
+    fresh = Database(sqlite_url)  # at head: taken back to 0021 by hand
+    with fresh.engine.begin() as connection:
+        connection.execute(text("DELETE FROM alembic_version"))
+        connection.execute(text("INSERT INTO alembic_version VALUES ('0021')"))
+        connection.execute(
+            text(
+                "INSERT INTO managers (name, started_at, heartbeat_at) VALUES "
+                "('m', '2030-01-01 12:00:00', '2030-01-01 12:00:00.250000')"
+            )
+        )
+    migrate.upgrade(fresh)
+    with fresh.engine.connect() as connection:
+        stored = connection.execute(text("SELECT started_at, heartbeat_at FROM managers")).one()
+    assert tuple(stored) == ("2030-01-01 12:00:00.000000", "2030-01-01 12:00:00.250000")
+    fresh.dispose()

@@ -33,7 +33,9 @@ def _compiled(
         )
         processors: dict[str, Callable[[Any], Any]] = {}
         for bind, name in compiled.bind_names.items():
-            process = dialect.type_descriptor(bind.type).bind_processor(dialect)
+            # The dialect's own processing too (SQLite's text form of a time, with its
+            # microseconds), as SQLAlchemy's execution applies it.
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 processors[name] = process
         found = (statement, (compiled, processors))

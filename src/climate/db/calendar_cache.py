@@ -128,8 +128,11 @@ class CalendarCache:
         self._complete_after = math.inf  # every allocation ending after this is here
         self._lease_of: dict[str, str] = {}  # reservation -> lease
         self._owners: dict[str, tuple[str, str]] = {}  # lease -> project, user
-        # project -> day its reservation's last span ends -> reservation -> lease, user
+        # project -> day its reservation's first span starts -> reservation -> lease, user
         self._filed: dict[str, dict[int, dict[str, tuple[str, str]]]] = {}
+        self._longest: dict[
+            str, float
+        ] = {}  # project -> most time from a first start to a last end
         self._filed_at: dict[str, tuple[str, int]] = {}  # reservation -> project, day
         self._unfiled: set[str] = set()  # reservations whose spans changed since filed
 
@@ -211,7 +214,7 @@ class CalendarCache:
         rows = self._store.spans_since(session, since)
         self._calendar = Calendar.of(_span(row) for row in rows)
         self._complete_after = seconds(since)
-        self._lease_of, self._filed, self._filed_at = {}, {}, {}
+        self._lease_of, self._filed, self._filed_at, self._longest = {}, {}, {}, {}
         self._unfiled = set()
         for row in rows:
             self._note(row.reservation_id, row.lease_id)
@@ -411,11 +414,13 @@ class CalendarCache:
             if self._unfiled and not self._file(session):
                 return None
             by_owner = self._calendar.by_owner
-            first = int(min(mine[0], mine[0] if ours is None else ours[0]) // _DAY)
+            low, high = mine if ours is None else (min(mine[0], ours[0]), max(mine[1], ours[1]))
+            first = (low - self._longest.get(project_id, 0.0)) // _DAY
+            last = high // _DAY
             found: list[Owned] = []
             for day, members in self._filed.get(project_id, {}).items():
-                if day < first:
-                    continue  # every span of theirs ended before either range
+                if not first <= day <= last:
+                    continue  # every span of theirs ended before, or starts after, both ranges
                 for reservation_id, (lease_id, user) in members.items():
                     own = user == user_id
                     for host, start, end in by_owner.get(reservation_id, ()):
@@ -427,8 +432,8 @@ class CalendarCache:
 
     def _file(self, session: Session) -> bool:
         """File the reservations whose spans changed under their leases' projects, by the day
-        their last span ends (reading the leases not known yet); False if one that holds spans
-        has no lease to be found."""
+        their first span starts (reading the leases not known yet); False if one that holds
+        spans has no lease to be found."""
         by_owner = self._calendar.by_owner
         missing = {
             lease_id
@@ -448,12 +453,16 @@ class CalendarCache:
             lease_id = self._lease_of[reservation_id]
             known = self._owners.get(lease_id)
             if spans and known is not None:
-                day = int(max(end for _, _, end in spans) // _DAY)
-                self._filed.setdefault(known[0], {}).setdefault(day, {})[reservation_id] = (
+                project, begin = known[0], min(start for _, start, _ in spans)
+                day = int(begin // _DAY)
+                self._filed.setdefault(project, {}).setdefault(day, {})[reservation_id] = (
                     lease_id,
                     known[1],
                 )
-                self._filed_at[reservation_id] = (known[0], day)
+                self._filed_at[reservation_id] = (project, day)
+                longest = max(end for _, _, end in spans) - begin
+                if longest > self._longest.get(project, 0.0):
+                    self._longest[project] = longest
             elif spans:
                 continue  # its lease is not to be found: stays unfiled
             self._unfiled.discard(

@@ -86,6 +86,8 @@ def spans(
     users: list[Span] = []
     project: list[Span] | None = None if ours is None else []
     for kind, lease_id, user, what, start, end, amount, own in rows:
+        if start >= end:
+            pass
         if kind == HOSTS:
             props, amounts = hosts.get(what, {}), amounts_of.get(what, {})
         elif kind == "virtual:instance":

@@ -115,7 +115,7 @@ def test_a_host_another_process_is_booking_is_left_to_an_admission_alone_which_r
     """The second process's calendar does not show the first's open booking: it chooses the
     same host, finds it locked, and admits again alone once the first has committed."""
     first, second = two_processes
-    contended = threading.Event()
+    first_booked, contended = threading.Event(), threading.Event()
     try_resources = locking.try_resources
 
     def trying(*args: Any) -> bool:
@@ -129,6 +129,7 @@ def test_a_host_another_process_is_booking_is_left_to_an_admission_alone_which_r
 
     def first_waits() -> None:
         if threading.current_thread() is not main:
+            first_booked.set()
             assert contended.wait(10)
 
     _after_booking(monkeypatch, first_waits)
@@ -137,6 +138,7 @@ def test_a_host_another_process_is_booking_is_left_to_an_admission_alone_which_r
         a = pool.submit(
             LeaseService(first).create, ALICE, host_request("a", *window, resource_properties=IN_A)
         )
+        assert first_booked.wait(10)  # else the second might book the host first
         with caplog.at_level(logging.DEBUG, "climate.services.leases.admission"):
             with pytest.raises(NotEnoughCapacity):
                 LeaseService(second).create(

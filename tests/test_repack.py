@@ -456,6 +456,29 @@ def test_units_that_move_straight_to_a_free_host_are_found_among_many(
     assert {m.reservation_id for m in found.moves} <= {"b", "c"}
 
 
+def _a_chain_in_a_wide_pool(hosts: int) -> Case:
+    """Every host a candidate for a one-host demand over [10 h, 20 h), all but three busy
+    throughout with reservations that are not pending. x on host 1 is in the way and fits no
+    free host; it fits host 2 once y moves to host 3, which is free before z: two moves."""
+    every = frozenset(range(1, hosts + 1))
+    fixed = [Res(f"f{h}", ((h, 0, 40),), every, pending=False) for h in range(4, hosts + 1)]
+    x = Res("x", ((1, 5, 15),), every, pending=True)
+    y = Res("y", ((2, 4, 8),), every, pending=True)
+    w = Res("w", ((2, 19, 30),), every, pending=False)
+    z = Res("z", ((3, 9, 40),), every, pending=False)
+    return Case(tuple(sorted(every)), (*fixed, x, y, w, z), 0, 10, 20, 1, every, frozenset())
+
+
+def test_a_closed_wide_one_host_request_stops_after_the_direct_step() -> None:
+    """Every host a candidate and more than WIDE of them: when no unit moves straight to a
+    free host, the request is refused without the search, which here would find the chain."""
+    case = _a_chain_in_a_wide_pool(WIDE + 16)
+    found = case.plan()
+    assert found is not None and check_valid(case, found) == 2
+    assert case.plan_as_the_service() is None
+    assert plan(replace(case.demand(), closed=True), at(case.now), case) is None
+
+
 def _the_last_host_is_free(hosts: tuple[int, ...]) -> Case:
     """Host 1 is the only candidate; a pending reservation on it may go anywhere; every other
     host but the last is busy with a reservation that is not pending."""

@@ -358,15 +358,17 @@ class Calendar:
     ) -> BoolArray:
         """For each window [starts[i], ends[i]), whether some host of ``hosts`` has no span
         overlapping it but those of ``exclude``: one pass over their spans for every window."""
-        if not len(hosts.ids):
+        if not len(hosts.ids) or not len(starts):
             return np.zeros(len(starts), dtype=np.bool_)
-        position, at = self._within(hosts, -np.inf, np.inf)
+        # Only spans overlapping the windows' hull can keep a host busy in one of them; the
+        # others lie beyond the gaps that matter.
+        position, at = self._within(hosts, float(starts.min()), float(ends.max()))
         position, at = self._without(position, at, exclude)
-        if len(np.unique(position)) < len(hosts.ids):  # a host without spans is free
-            return np.ones(len(starts), dtype=np.bool_)
-        span_starts, span_ends = self._starts[at], self._ends[at]
         # The gaps of each host: before its first span, between two spans, after its last.
         first = np.flatnonzero(np.diff(position, prepend=-1))
+        if len(first) < len(hosts.ids):  # a host without spans there is free in every window
+            return np.ones(len(starts), dtype=np.bool_)
+        span_starts, span_ends = self._starts[at], self._ends[at]
         same_host = np.append(position[1:] == position[:-1], False)
         gap_starts = np.concatenate((np.full(len(first), -np.inf), span_ends))
         gap_ends = np.concatenate(

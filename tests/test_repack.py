@@ -688,6 +688,26 @@ def test_service_swaps_two_pending_leases(leases: LeaseService, hosts: HostServi
     assert hosts_of(leases.get(ADMIN, b.id)) == {one}
 
 
+def test_service_moves_a_lease_straight_to_a_free_host_for_a_request_without_filter(
+    leases: LeaseService, hosts: HostService
+) -> None:
+    """Every host a candidate: the calendar names host 1 (its one lease, a, fits host 2's gap)
+    and a moves there."""
+    one, two = zone_hosts(hosts)
+    a = leases.create(ALICE, host_request("a", T0 + 1 * HOUR, T0 + 5 * HOUR))
+    b = leases.create(
+        BOB,
+        host_request(
+            "b", T0 + 6 * HOUR, T0 + 10 * HOUR, resource_properties='["==", "$zone", "z2"]'
+        ),
+    )
+    assert hosts_of(a) == {one} and hosts_of(b) == {two}
+    c = leases.create(ALICE, host_request("c", T0 + 4 * HOUR, T0 + 8 * HOUR))
+    assert hosts_of(c) == {one}
+    assert hosts_of(leases.get(ADMIN, a.id)) == {two}
+    assert hosts_of(leases.get(ADMIN, b.id)) == {two}
+
+
 def test_service_refusal_after_a_move_undoes_it(
     ctx: ServiceContext, leases: LeaseService, hosts: HostService
 ) -> None:

@@ -13,6 +13,7 @@ import datetime as dt
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -256,6 +257,46 @@ def test_taken_is_every_span_of_the_hosts_in_the_window_but_the_excluded(case: C
     )
     # One code per owner, different owners different codes.
     assert len(set(owners.tolist())) == len({x.owner for x in expected})
+
+
+def _seen(case: Case, host_id: int) -> list[Span]:
+    """The spans of a host but the excluded ones, as the reference has them."""
+    return [
+        b.span() for b in case.current() if b.host_id == host_id and b.owner not in case.exclude
+    ]
+
+
+def _free(case: Case, start: float, end: float) -> bool:
+    return any(all(x.end <= start or end <= x.start for x in _seen(case, h)) for h in case.viewed)
+
+
+@PROPERTY_SETTINGS
+@given(cases(), st.lists(st.tuples(st.integers(0, 4 * 30), st.integers(1, 4 * 12)), max_size=6))
+def test_free_somewhere_is_whether_some_host_has_no_span_in_each_window(
+    case: Case, windows: list[tuple[int, int]]
+) -> None:
+    asked = [(seconds(case.start), seconds(case.end))] + [
+        (seconds(at(s / 4)), seconds(at((s + n) / 4))) for s, n in windows
+    ]
+    starts = np.array([s for s, _ in asked], dtype=np.float64)
+    ends = np.array([e for _, e in asked], dtype=np.float64)
+    found = case.calendar().free_somewhere(HostSet(case.pairs()), starts, ends, case.exclude)
+    assert found.tolist() == [_free(case, s, e) for s, e in asked]
+
+
+@PROPERTY_SETTINGS
+@given(cases(), st.integers(0, 3))
+def test_straight_is_the_hosts_whose_spans_in_the_window_could_each_go_to_a_free_host(
+    case: Case, most: int
+) -> None:
+    s, e = seconds(case.start), seconds(case.end)
+    found = case.calendar().straight(HostSet(case.pairs()), s, e, most, case.exclude)
+    expected = []
+    for h in case.viewed:
+        inside = [x for x in _seen(case, h) if x.start < e and s < x.end]
+        if len(inside) <= most and all(_free(case, x.start, x.end) for x in inside):
+            expected.append((len(inside), h))
+    assert found.tolist() == [h for _, h in sorted(expected)]
 
 
 def test_many_changes_on_few_hosts_keep_the_calendar_exact() -> None:

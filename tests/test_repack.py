@@ -32,6 +32,7 @@ from climate.db.tables import Event, HostAllocation, Lease
 from climate.domain.clock import ManualClock
 from climate.domain.status import EventStatus, EventType, LeaseStatus
 from climate.errors import NotEnoughCapacity
+from climate.planner.calendar import Calendar, HostSet, Span
 from climate.planner.repack import (
     BUDGET,
     MAX_MOVES,
@@ -144,7 +145,19 @@ class Case:
             np.array([codes[rid] for _, _, rid in spans], dtype=np.int64),
         )
         demand = replace(self.demand(), closed=self.candidates == set(self.hosts))
-        return plan(demand, at(self.now), self, busy=busy)
+        calendar = Calendar.of(
+            Span(h, at(s).timestamp(), at(e).timestamp(), r.id)
+            for r in self.reservations
+            for h, s, e in r.windows
+        )
+        matching = HostSet((h, "") for h in sorted(self.candidates))
+
+        def straight(most: int) -> list[int]:
+            s, e = at(self.start).timestamp(), at(self.end).timestamp()
+            found: list[int] = calendar.straight(matching, s, e, most).tolist()
+            return found
+
+        return plan(demand, at(self.now), self, busy=busy, straight=straight)
 
     # -- the oracle ------------------------------------------------------------------------------
 
@@ -419,6 +432,53 @@ def test_wide_choice_finds_a_move_among_many_hosts() -> None:
     check_valid(case, found)
 
 
+def _one_host_moves_straight(hosts: int) -> Case:
+    """Every host but the last two is taken over [9 h, 21 h) by a pending reservation that can
+    go nowhere else; host ``hosts - 1`` holds b over [15 h, 30 h) and the last host c over
+    [8 h, 14 h): either can move to the other's host. A one-host demand over [10 h, 20 h)."""
+    every = frozenset(range(1, hosts + 1))
+    stuck = [Res(f"x{h}", ((h, 9, 21),), every, pending=True) for h in range(1, hosts - 1)]
+    b = Res("b", ((hosts - 1, 15, 30),), every, pending=True)
+    c = Res("c", ((hosts, 8, 14),), every, pending=True)
+    return Case(tuple(sorted(every)), (*stuck, b, c), 0, 10, 20, 1, every, frozenset())
+
+
+@pytest.mark.parametrize("as_the_service", [False, True])
+def test_units_that_move_straight_to_a_free_host_are_found_among_many(
+    as_the_service: bool,
+) -> None:
+    """The reservations in the way on the first hosts cannot move; the search would spend its
+    whole budget on them before reaching b or c, the direct step finds one."""
+    case = _one_host_moves_straight(120)
+    found = case.plan_as_the_service() if as_the_service else case.plan()
+    assert found is not None
+    assert check_valid(case, found) == 1
+    assert {m.reservation_id for m in found.moves} <= {"b", "c"}
+
+
+def _a_chain_in_a_wide_pool(hosts: int) -> Case:
+    """Every host a candidate for a one-host demand over [10 h, 20 h), all but three busy
+    throughout with reservations that are not pending. x on host 1 is in the way and fits no
+    free host; it fits host 2 once y moves to host 3, which is free before z: two moves."""
+    every = frozenset(range(1, hosts + 1))
+    fixed = [Res(f"f{h}", ((h, 0, 40),), every, pending=False) for h in range(4, hosts + 1)]
+    x = Res("x", ((1, 5, 15),), every, pending=True)
+    y = Res("y", ((2, 4, 8),), every, pending=True)
+    w = Res("w", ((2, 19, 30),), every, pending=False)
+    z = Res("z", ((3, 9, 40),), every, pending=False)
+    return Case(tuple(sorted(every)), (*fixed, x, y, w, z), 0, 10, 20, 1, every, frozenset())
+
+
+def test_a_closed_wide_one_host_request_stops_after_the_direct_step() -> None:
+    """Every host a candidate and more than WIDE of them: when no unit moves straight to a
+    free host, the request is refused without the search, which here would find the chain."""
+    case = _a_chain_in_a_wide_pool(WIDE + 16)
+    found = case.plan()
+    assert found is not None and check_valid(case, found) == 2
+    assert case.plan_as_the_service() is None
+    assert plan(replace(case.demand(), closed=True), at(case.now), case) is None
+
+
 def _the_last_host_is_free(hosts: tuple[int, ...]) -> Case:
     """Host 1 is the only candidate; a pending reservation on it may go anywhere; every other
     host but the last is busy with a reservation that is not pending."""
@@ -428,8 +488,21 @@ def _the_last_host_is_free(hosts: tuple[int, ...]) -> Case:
     return Case(hosts, (blocker, *fixed), 1, 5, 7, 1, frozenset({1}), frozenset())
 
 
+def _a_chain_past_busy_hosts(hosts: tuple[int, ...]) -> Case:
+    """Host 1 is the only candidate; a pending reservation a on it may go anywhere, but every
+    other host is busy in its window: the last but one with b, which may move to the last host
+    (busy only before b starts), all others with reservations that are not pending. No unit
+    moves straight to a free host: a must push b."""
+    every = frozenset(hosts)
+    a = Res("a", ((1, 4, 8),), every, pending=True)
+    fixed = [Res(f"f{h}", ((h, 0, 20),), every, pending=False) for h in hosts[1:-2]]
+    b = Res("b", ((hosts[-2], 6, 12),), every, pending=True)
+    early = Res("early", ((hosts[-1], 0, 5),), every, pending=False)
+    return Case(hosts, (a, *fixed, b, early), 1, 5, 7, 1, frozenset({1}), frozenset())
+
+
 def test_a_search_past_its_untimed_steps_stops_at_the_deadline() -> None:
-    case = _the_last_host_is_free(tuple(range(1, 401)))
+    case = _a_chain_past_busy_hosts(tuple(range(1, 401)))
     found = case.plan()
     assert found is not None and found.steps > UNTIMED
     gone = time.monotonic() - 1
@@ -613,6 +686,26 @@ def test_service_swaps_two_pending_leases(leases: LeaseService, hosts: HostServi
     assert hosts_of(c) == {one}
     assert hosts_of(leases.get(ADMIN, a.id)) == {two}
     assert hosts_of(leases.get(ADMIN, b.id)) == {one}
+
+
+def test_service_moves_a_lease_straight_to_a_free_host_for_a_request_without_filter(
+    leases: LeaseService, hosts: HostService
+) -> None:
+    """Every host a candidate: the calendar names host 1 (its one lease, a, fits host 2's gap)
+    and a moves there."""
+    one, two = zone_hosts(hosts)
+    a = leases.create(ALICE, host_request("a", T0 + 1 * HOUR, T0 + 5 * HOUR))
+    b = leases.create(
+        BOB,
+        host_request(
+            "b", T0 + 6 * HOUR, T0 + 10 * HOUR, resource_properties='["==", "$zone", "z2"]'
+        ),
+    )
+    assert hosts_of(a) == {one} and hosts_of(b) == {two}
+    c = leases.create(ALICE, host_request("c", T0 + 4 * HOUR, T0 + 8 * HOUR))
+    assert hosts_of(c) == {one}
+    assert hosts_of(leases.get(ADMIN, a.id)) == {two}
+    assert hosts_of(leases.get(ADMIN, b.id)) == {two}
 
 
 def test_service_refusal_after_a_move_undoes_it(

@@ -9,18 +9,18 @@ from collections.abc import Collection, Iterable
 from sqlalchemy import insert, or_, select
 from sqlalchemy.orm import Session
 
+from climate.db import raw
 from climate.db.records import RefusedDemand
 from climate.db.tables import Lease, table_of
 
+_ADD = insert(table_of(RefusedDemand))
+_COLUMNS = [c.name for c in table_of(RefusedDemand).columns if c.name != "id"]
+
 
 def add(session: Session, rows: Iterable[RefusedDemand]) -> None:
-    """Insert ``rows`` (built outside the session) in one statement."""
-    values = [
-        {c.name: getattr(row, c.name) for c in table_of(RefusedDemand).columns if c.name != "id"}
-        for row in rows
-    ]
-    if values:
-        session.execute(insert(RefusedDemand), values)
+    """Insert ``rows`` (built outside the session) in one statement, below the ORM: it is
+    part of every refusal's answer."""
+    raw.write(session, _ADD, [{name: getattr(row, name) for name in _COLUMNS} for row in rows])
 
 
 def overlapping(

@@ -376,6 +376,9 @@ def owners(session: Session, lease_ids: Collection[str]) -> dict[str, tuple[str,
     return found
 
 
+_ADMISSION_VERSION = select(table_of(Lock).c.version).where(table_of(Lock).c.name == ADMISSION_LOCK)
+
+
 def admission_version(session: Session) -> int:
     """The last committed admission's number, as ``session`` sees it. Bumped by every API
     transaction that changes leases, reservations, allocations or hosts (they all take the
@@ -384,7 +387,8 @@ def admission_version(session: Session) -> int:
     held = session.info.get("lock_version")
     if held is not None:
         return int(held) - 1
-    return int(session.scalar(select(Lock.version).where(Lock.name == ADMISSION_LOCK)) or 0)
+    found = raw.rows(session, _ADMISSION_VERSION, {})  # below the ORM: read by every search
+    return int(found[0][0] or 0) if found else 0
 
 
 EVENTS_CHANNEL = "climate_events"

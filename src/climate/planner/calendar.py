@@ -23,6 +23,7 @@ from climate.planner.hosts import OPEN_GAP, HostCalendar, HostsView
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 MICROSECONDS = 1e6
 OPEN_GAP_US = OPEN_GAP // dt.timedelta(microseconds=1)
@@ -356,6 +357,59 @@ class Calendar:
         """How many spans each of ``hosts`` has overlapping [start, end), in their order."""
         position, _, _ = self.spans_of(hosts, start, end)
         return np.bincount(position, minlength=len(hosts.ids))
+
+    def free_somewhere(
+        self, hosts: HostSet, starts: FloatArray, ends: FloatArray, exclude: Collection[str] = ()
+    ) -> BoolArray:
+        """For each window [starts[i], ends[i]), whether some host of ``hosts`` has no span
+        overlapping it but those of ``exclude``: one pass over their spans for every window."""
+        if not len(hosts.ids) or not len(starts):
+            return np.zeros(len(starts), dtype=np.bool_)
+        # Only spans overlapping the windows' hull can keep a host busy in one of them; the
+        # others lie beyond the gaps that matter.
+        position, at = self._within(hosts, float(starts.min()), float(ends.max()))
+        position, at = self._without(position, at, exclude)
+        # The gaps of each host: before its first span, between two spans, after its last.
+        first = np.flatnonzero(np.diff(position, prepend=-1))
+        if len(first) < len(hosts.ids):  # a host without spans there is free in every window
+            return np.ones(len(starts), dtype=np.bool_)
+        span_starts, span_ends = self._starts[at], self._ends[at]
+        same_host = np.append(position[1:] == position[:-1], False)
+        gap_starts = np.concatenate((np.full(len(first), -np.inf), span_ends))
+        gap_ends = np.concatenate(
+            (span_starts[first], np.where(same_host, np.append(span_starts[1:], 0.0), np.inf))
+        )
+        order = np.argsort(gap_starts, kind="stable")
+        # A window fits a gap opening at or before its start that closes at or after its end.
+        latest_close = np.maximum.accumulate(gap_ends[order])
+        opened = np.searchsorted(gap_starts[order], starts, side="right") - 1
+        fits: BoolArray = (opened >= 0) & (latest_close[np.maximum(opened, 0)] >= ends)
+        return fits
+
+    def straight(
+        self, hosts: HostSet, start: float, end: float, most: int, exclude: Collection[str] = ()
+    ) -> IntArray:
+        """The hosts of ``hosts`` with at most ``most`` spans overlapping [start, end), each
+        of which fits where some host of ``hosts`` has no span, fewest spans first, then by id
+        (spans of ``exclude`` are not there): where a window could be cleared by moving spans
+        straight to free hosts among ``hosts`` (``planner.repack.Straight``)."""
+        position, at = self._without(*self._within(hosts, start, end), exclude)
+        size = len(hosts.ids)
+        held = np.bincount(position, minlength=size)
+        stuck = ~self.free_somewhere(hosts, self._starts[at], self._ends[at], exclude)
+        fit = (held <= most) & (np.bincount(position[stuck], minlength=size) == 0)
+        order = np.lexsort((hosts.ids[fit], held[fit]))
+        found: IntArray = hosts.ids[fit][order]
+        return found
+
+    def _without(
+        self, position: IntArray, at: IntArray, exclude: Collection[str]
+    ) -> tuple[IntArray, IntArray]:
+        excluded = [self._code_of[o] for o in exclude if o in self._code_of]
+        if not excluded:
+            return position, at
+        keep = ~np.isin(self._owners[at], excluded)
+        return position[keep], at[keep]
 
     def _slots_of(self, hosts: HostSet) -> IntArray:
         """The slot of each host (0 for hosts without spans); remembered by ``hosts`` until a

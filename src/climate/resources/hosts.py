@@ -298,6 +298,11 @@ class PhysicalHostType(ResourceType, WholeHosts):
             found = calendar.counts(which, s.timestamp(), e.timestamp())
             return dict(zip(which.ids.tolist(), found.tolist(), strict=True))
 
+        def straight(most: int) -> list[int]:
+            s, e = demand.start.timestamp(), demand.end.timestamp()
+            found: list[int] = calendar.straight(matching, s, e, most, [reservation.id]).tolist()
+            return found
+
         candidates = frozenset(matching.ids.tolist())
         wanted = RepackDemand(
             start=demand.start,
@@ -310,7 +315,8 @@ class PhysicalHostType(ResourceType, WholeHosts):
         world = repacking.DatabaseWorld(
             session, spans, counts, eligible, reservation.id, reservation.lease_id, set(fixed)
         )
-        return plan(wanted, now, world, busy=busy, deadline=self._reoptimise_deadline())
+        deadline = self._reoptimise_deadline()
+        return plan(wanted, now, world, busy=busy, straight=straight, deadline=deadline)
 
     def release(self, session: Session, reservation: Reservation, at: dt.datetime) -> None:
         if all(a.end_date <= at for a in reservation.allocations):

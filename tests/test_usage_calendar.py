@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from climate.backends.standalone import StandaloneBackend
@@ -21,9 +22,11 @@ from climate.config import Settings
 from climate.db import usage
 from climate.db.calendar_cache import CalendarCache, Owned
 from climate.db.engine import ADMISSION_LOCK, Database
+from climate.db.tables import HostAllocation
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.errors import ClimateError
+from climate.fairshare import consumption
 from climate.fairshare.rules import HOSTS
 from climate.manager.service import Manager
 from climate.planner.calendar import moment
@@ -231,3 +234,23 @@ def test_a_reservation_emptied_then_rolled_back_is_read_again(
         calendar.sync(session)
         found = held()
         assert found is not None and len(found) == 2  # as the user's and as the project's
+
+
+def test_an_allocation_that_held_nothing_is_not_counted_from_the_database(
+    settings: Settings, db: Database, clock: ManualClock, hosts: HostService
+) -> None:
+    """A row cut at its very start (kept so by SQLite before migration 0022) is read by the
+    statement but counted by no rule, as the calendar never holds it."""
+    ctx = build_context(settings.model_copy(update={"usage_rules": RULES}), db, clock)
+    add_hosts(hosts, 1)
+    LeaseService(ctx).create(ALICE, host_request("l", T0 + H, T0 + 2 * H))
+    with db.transaction() as session:
+        session.execute(update(HostAllocation).values(end_date=HostAllocation.start_date))
+    reach = T0.timestamp(), (T0 + 3 * H).timestamp()
+    with db.transaction() as session:  # a reader's: from the database
+        bounds = (T0, T0 + 3 * H)
+        assert len(usage.held(session, ALICE.project_id, ALICE.user_id, bounds, None, {HOSTS})) == 1
+        users, project = consumption.spans(
+            ctx, session, ALICE.project_id, ALICE.user_id, reach, reach, frozenset({HOSTS})
+        )
+    assert (users, project) == ([], [])

@@ -130,9 +130,8 @@ class CalendarCache:
         self._owners: dict[str, tuple[str, str]] = {}  # lease -> project, user
         # project -> day its reservation's first span starts -> reservation -> lease, user
         self._filed: dict[str, dict[int, dict[str, tuple[str, str]]]] = {}
-        self._longest: dict[
-            str, float
-        ] = {}  # project -> most time from a first start to a last end
+        # project -> the most time from a reservation's first start to its last end
+        self._longest: dict[str, float] = {}
         self._filed_at: dict[str, tuple[str, int]] = {}  # reservation -> project, day
         self._unfiled: set[str] = set()  # reservations whose spans changed since filed
 
@@ -465,7 +464,6 @@ class CalendarCache:
                     self._longest[project] = longest
             elif spans:
                 continue  # its lease is not to be found: stays unfiled
-            self._unfiled.discard(
-                reservation_id
-            )  # filed, or holds nothing (noted again if it gets spans)
+            # Filed, or it holds nothing (noted again if it gets spans back).
+            self._unfiled.discard(reservation_id)
         return not self._unfiled

@@ -87,7 +87,7 @@ def spans(
     project: list[Span] | None = None if ours is None else []
     for kind, lease_id, user, what, start, end, amount, own in rows:
         if start >= end:
-            pass
+            continue  # cut at its start (deleted as it began): held nothing, as in the calendar
         if kind == HOSTS:
             props, amounts = hosts.get(what, {}), amounts_of.get(what, {})
         elif kind == "virtual:instance":

@@ -125,9 +125,10 @@ def test_a_new_lease_out_of_a_budget_s_scope_reads_only_what_the_others_need(
     assert asked == [((start - pad).timestamp(), (end + pad).timestamp())]
 
 
-def test_a_budget_that_applies_keeps_the_whole_read() -> None:
-    """A rolling budget's running total starts at the first span read: a span it never counts,
-    read for a rule that does not apply, still moves its figure (here in the twelfth digit)."""
+def test_a_span_read_for_another_rule_moves_no_budget_s_figure() -> None:
+    """A span read only for a rule that does not apply (the GPU budget's 30 days, for a lease
+    of a CPU host) lies in no window of the user's 1-day budget: its figure is the same, bit
+    for bit, so the read is narrowed even though a user budget applies."""
     vcpu_days = {"name": "vcpu-days", "kind": "budget", "unit": "vcpus", "limit": 10**6}
     rules = parse_rules([RULES[0], vcpu_days | {"window": "1d"}])
     lease = Admission("new", "p", "alice", NOW, 1900067023.24, 1900134901.286, frozenset({HOSTS}))
@@ -141,8 +142,8 @@ def test_a_budget_that_applies_keeps_the_whole_read() -> None:
     def figures(bounds: tuple[float, float]) -> list[float]:
         return [d.figure for d in evaluate(rules, lease, read([old, own], bounds), None)]
 
-    assert figures(whole) != figures(alone)
-    assert admission._reaching(rules, [(HOSTS, CPU)]) == rules
+    assert figures(whole) == figures(alone) == [pytest.approx((lease.end - lease.start) / DAY)]
+    assert list(admission._reaching(rules, [(HOSTS, CPU)])) == list(rules[1:])
 
 
 def test_a_stacking_scoped_to_the_lease_s_hosts_keeps_its_reach() -> None:

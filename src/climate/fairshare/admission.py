@@ -197,15 +197,11 @@ def _reaching(
     """The rules whose reach the user's read must cover: every rule, or, when the lease's own
     resources are known, not those no resource of it is in the scope of (counted kinds,
     stacking scoped by properties): ``evaluate`` leaves them out. A rule left in sees every
-    span of its own reach either way; a concurrent peak and a stacking chain look at nothing
-    else. A rolling budget's running total starts at the first span read, so a budget that
-    applies keeps the whole range (its float sums stay the same, bit for bit)."""
+    span of its own reach either way, and looks at nothing else (a concurrent peak, a stacking
+    chain and a rolling budget each leave out what lies beyond their own windows)."""
     if own is None:
         return rules
-    kept = [r for r in rules if not _cannot_apply(r, own)]
-    if any(r.kind == Kind.BUDGET and r.per == "user" for r in kept):
-        return rules
-    return kept
+    return [r for r in rules if not _cannot_apply(r, own)]
 
 
 def _cannot_apply(rule: Rule, own: Sequence[tuple[str, Mapping[str, Any]]]) -> bool:

@@ -7,7 +7,6 @@ Times are seconds since the epoch (floats), amounts are per unit (``UNITS``).
 
 from __future__ import annotations
 
-import bisect
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -278,23 +277,24 @@ class _Pool:
     ) -> None:
         groups: dict[tuple[str, int], tuple[str, Properties, list[Span], list[Span]]] = {}
         owned: set[tuple[str, int]] = set()
-
-        def group_of(s: Span) -> tuple[str, Properties, list[Span], list[Span]]:
+        user, lease = admission.user_id, admission.lease_id
+        for s in spans:
             key = (s.resource_type, id(s.properties))
             group = groups.get(key)
             if group is None:
                 group = groups[key] = (s.resource_type, s.properties, [], [])
-            return group
-
-        for s in spans:
             if project is None:
-                group_of(s)[2].append(s)
-            if s.user_id == admission.user_id:
-                group_of(s)[3].append(s)
-            if s.lease_id == admission.lease_id:
-                owned.add((s.resource_type, id(s.properties)))
+                group[2].append(s)
+            if s.user_id == user:
+                group[3].append(s)
+            if s.lease_id == lease:
+                owned.add(key)
         for s in project or ():
-            group_of(s)[2].append(s)
+            key = (s.resource_type, id(s.properties))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (s.resource_type, s.properties, [], [])
+            group[2].append(s)
         self.groups = list(groups.values())
         self.owned = [(groups[key][0], groups[key][1]) for key in owned]
 
@@ -351,18 +351,23 @@ def _judge(rule: Rule, figure: float) -> Decision:
 
 def peak(spans: Sequence[Span], unit: str, start: float, end: float) -> float:
     """The most of ``unit`` held at once at any instant of [start, end)."""
+    # Comparisons, not min() and max(): this runs over every span at every admission.
     changes: list[tuple[float, float]] = []
     for s in spans:
-        amount = s.amounts.get(unit, 0.0)
-        low, high = max(s.start, start), min(s.end, end)
-        if amount and low < high:
+        amount = s.amounts.get(unit)
+        if not amount:
+            continue
+        low = s.start if s.start > start else start
+        high = s.end if s.end < end else end
+        if low < high:
             changes.append((low, amount))
             changes.append((high, -amount))
     changes.sort()  # at one instant the ends (negative) come before the starts
     held = best = 0.0
     for _, amount in changes:
         held += amount
-        best = max(best, held)
+        if held > best:
+            best = held
     return best
 
 
@@ -375,56 +380,54 @@ def held_over(spans: Sequence[Span], unit: str, low: float, high: float) -> floa
 
 def rolling(spans: Sequence[Span], unit: str, window: float, start: float, end: float) -> float:
     """The most unit-seconds held in any window of length ``window`` that overlaps [start,
-    end). What the window starting at t holds, F(t + window) - F(t) with F the running total of
-    unit-seconds, is piecewise linear in t: its maximum is at an end of the range or where its
-    slope turns from rising to falling, which can only be where t or t + window meets a span's
-    start or end. One sweep over those instants keeps the slope (a sum of amounts: exact), and
-    only the turns are read off the running total (sorted once) by bisection."""
-    changes: dict[float, float] = {}
-    for s in spans:
-        amount = s.amounts.get(unit, 0.0)
-        if amount and s.start < s.end:
-            changes[s.start] = changes.get(s.start, 0.0) + amount
-            changes[s.end] = changes.get(s.end, 0.0) - amount
-    points = sorted(changes)
-    totals: list[float] = []  # unit-seconds held before each point
-    rates: list[float] = []  # units held from each point on
-    total = rate = 0.0
-    previous = points[0] if points else 0.0
-    for p in points:
-        total += rate * (p - previous)
-        rate += changes[p]
-        totals.append(total)
-        rates.append(rate)
-        previous = p
-    after = bisect.bisect_right  # the index after the last point at or before x
-
-    def held(t: float) -> float:
-        k, x = after(points, t) - 1, t + window
-        begin = 0.0 if k < 0 else totals[k] + rates[k] * (t - points[k])
-        k = after(points, x) - 1
-        return (0.0 if k < 0 else totals[k] + rates[k] * (x - points[k])) - begin
-
+    end). What the window starting at t holds, W(t) = F(t + window) - F(t) with F the running
+    total of unit-seconds, is piecewise linear in t, its slope changing only where t or
+    t + window meets a span's start or end: W is read at the range's start, then carried from
+    one such instant to the next along its slope (a sum of amounts), the fullest kept. Spans in
+    no window are left out: the figure is the same, bit for bit, whatever else was read."""
     low, high = start - window, end
-    slope = 0.0  # just after low
-    turns: dict[float, float] = {}  # where the slope changes within the range, by how much
-    for p, change in changes.items():
-        entered = p - window  # from here on the window's end is past p
-        if entered <= low:
-            slope += change
-        elif entered < high:
-            turns[entered] = turns.get(entered, 0.0) + change
-        if p <= low:
-            slope -= change
-        elif p < high:
-            turns[p] = turns.get(p, 0.0) - change
-    best = max(held(low), held(high))
-    for t in sorted(turns):
-        turned = slope + turns[t]
-        if slope >= 0 >= turned:
-            best = max(best, held(t))
-        slope = turned
-    return best
+    last = high + window  # the end of the last window
+    held = slope = 0.0  # W(low), and its slope just after low
+    changes: list[tuple[float, float]] = []  # where the slope changes within the range
+    add = changes.append
+    for s in spans:
+        amount = s.amounts.get(unit)
+        a, b = s.start, s.end
+        if not amount or a >= b or b <= low or a >= last:
+            continue  # in no window: read for another rule, it moves no figure of this one
+        overlap = (b if b < start else start) - (a if a > low else low)  # of [low, start)
+        if overlap > 0:
+            held += amount * overlap
+        # The window's end enters the span at a - window and leaves it at b - window; its
+        # start enters at a and leaves at b. (Unrolled: a loop over the four costs twice as
+        # much, and this runs for every span of every budget at every admission.)
+        at = a - window
+        if at <= low:
+            slope += amount
+        elif at < high:
+            add((at, amount))
+        if a <= low:
+            slope -= amount
+        elif a < high:
+            add((a, -amount))
+        at = b - window
+        if at <= low:
+            slope -= amount
+        elif at < high:
+            add((at, -amount))
+        if b <= low:
+            slope += amount
+        elif b < high:
+            add((b, amount))
+    changes.sort()
+    best, t = held, low
+    for at, change in changes:
+        held += slope * (at - t)
+        if held > best:
+            best = held
+        slope += change
+        t = at
+    return max(best, held + slope * (high - t))
 
 
 def chain(spans: Sequence[Span], lease_id: str, gap: float) -> int:

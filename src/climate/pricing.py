@@ -35,6 +35,7 @@ UNITS: dict[str, str] = {
 }
 """The resource types a price can be set for, and the unit their hours are counted in."""
 CENT = Decimal("0.01")
+_FREE, _ONE = Decimal(0), Decimal(1)
 _RULE = re.compile(r"^(?P<type>[a-z_:]+)(?:\[(?P<name>[^=\]]+)=(?P<value>[^\]]*)\])?$")
 
 
@@ -82,23 +83,32 @@ class PriceTable:
 
     def rate(self, resource_type: str, properties: Mapping[str, str]) -> Rate:
         """The price of one unit-hour of a resource of this type with these properties."""
+        best = self._premium(resource_type, properties)
+        if best is not None:
+            return Rate(best.price, f"{resource_type}[{best.name}={best.value}]")
+        if resource_type in self.flat:
+            return Rate(self.flat[resource_type], resource_type)
+        return Rate(_FREE, "")
+
+    def price(self, resource_type: str, properties: Mapping[str, str]) -> Decimal:
+        """``rate``'s price alone (every quote asks, per resource)."""
+        best = self._premium(resource_type, properties)
+        return best.price if best is not None else self.flat.get(resource_type, _FREE)
+
+    def _premium(self, resource_type: str, properties: Mapping[str, str]) -> Premium | None:
         best: Premium | None = None
         for premium in self.premiums.get(resource_type, ()):
             if properties.get(premium.name) == premium.value and (
                 best is None or premium.price > best.price
             ):
                 best = premium
-        if best is not None:
-            return Rate(best.price, f"{resource_type}[{best.name}={best.value}]")
-        if resource_type in self.flat:
-            return Rate(self.flat[resource_type], resource_type)
-        return Rate(Decimal(0), "")
+        return best
 
     def amount(
         self, resource_type: str, properties: Mapping[str, str], unit_hours: Decimal
     ) -> Decimal:
         """What ``unit_hours`` of such a resource cost, to the cent (half to even)."""
-        return cost(self.rate(resource_type, properties).price, unit_hours)
+        return cost(self.price(resource_type, properties), unit_hours)
 
 
 def cost(price: Decimal, unit_hours: Decimal) -> Decimal:
@@ -129,12 +139,12 @@ def factor(properties: Mapping[str, str], name: str) -> Decimal:
     it has none, or one that is not such a number."""
     text = properties.get(name)
     if text is None:
-        return Decimal(1)
+        return _ONE
     try:
         found = Decimal(str(text).strip())
     except InvalidOperation:
-        return Decimal(1)
-    return found if found.is_finite() and found >= 0 else Decimal(1)
+        return _ONE
+    return found if found.is_finite() and found >= 0 else _ONE
 
 
 def quote(table: PriceTable, factor_name: str, uses: Iterable[Use]) -> Decimal:
@@ -145,7 +155,7 @@ def quote(table: PriceTable, factor_name: str, uses: Iterable[Use]) -> Decimal:
         exact.prec = 80
         total = Decimal(0)
         for use in uses:
-            rate = table.rate(use.resource_type, use.properties).price
+            rate = table.price(use.resource_type, use.properties)
             if rate and use.microseconds > 0:
                 weight = factor(use.properties, factor_name)
                 total += rate * weight * use.units * use.microseconds

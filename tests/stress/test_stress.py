@@ -1,5 +1,5 @@
-"""The stress harness, bounded: 2 APIs, 2 managers (one killed with SIGKILL every 20 s), a
-backend failing 20% of calls, 8 clients for 45 s on PostgreSQL; every check must pass."""
+"""The stress harness, bounded: 2 APIs, 2 managers (one killed with SIGKILL every 12 s), a
+backend failing 20% of calls, 8 clients for 30 s on PostgreSQL; every check must pass."""
 
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ def test_load_with_faults_books_nothing_twice_and_leaves_every_lease_consistent(
             pytest.fail(f"CI=true but PostgreSQL is not reachable at {PG_ADMIN_URL}: {problem}")
         pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}; skipping the stress test")
     config = StressConfig(
-        seconds=45.0,
+        seconds=30.0,
         apis=2,
         managers=2,
         clients=8,
         hosts=20,
         faults=True,
-        kill_every=20.0,
-        # Short windows: every lease has ended about 25 s after the load, so the run stays
-        # within two minutes on a busy two-core machine.
-        start_within=8.0,
-        longest=15.0,
+        kill_every=12.0,
+        # Short windows: every lease has ended about 16 s after the load, so the run stays
+        # within about a minute and a half on a busy two-core machine.
+        start_within=6.0,
+        longest=10.0,
         settle_timeout=120.0,
         pg_admin_url=PG_ADMIN_URL,
     )

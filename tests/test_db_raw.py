@@ -8,20 +8,27 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError, InvalidRequestError
 
 from climate.db import credits as credit_rows
 from climate.db import hosts as host_rows
 from climate.db import raw
 from climate.db.engine import ADMISSION_LOCK, Database
 from climate.db.tables import HostAllocation, Lock, table_of
+from climate.db.types import UTCDateTime, sqlite_time
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from tests.conftest import ALICE, T0
 from tests.helpers import add_hosts, host_request
 
 AT = dt.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+# Naive bounds, as hypothesis takes them (a day in from the ends: any time zone stays in range).
+EARLIEST = dt.datetime(1, 1, 2)  # noqa: DTZ001
+LATEST = dt.datetime(9999, 12, 30)  # noqa: DTZ001
 
 
 def test_the_balance_moves_only_when_it_stays_at_or_above_zero(db: Database) -> None:
@@ -104,3 +111,43 @@ def test_times_are_stored_as_the_orm_stores_them(
     leases.delete(ALICE, lease.id)
     with db.transaction() as session:
         assert session.execute(select(HostAllocation.id)).all() == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(moment=st.datetimes(min_value=EARLIEST, max_value=LATEST, timezones=st.timezones()))
+def test_a_time_is_bound_on_sqlite_as_sqlalchemy_s_two_steps_bind_it(moment: dt.datetime) -> None:
+    dialect = sqlite.dialect()
+    chain = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    assert chain is not None
+    assert sqlite_time(moment) == chain(moment)
+
+
+def test_a_naive_time_is_refused_by_the_sqlite_binding_too() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        sqlite_time(dt.datetime(2030, 1, 1))  # noqa: DTZ001
+    assert sqlite_time(None) is None
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), postgresql.psycopg.dialect()])
+def test_arguments_are_what_sqlalchemy_s_execution_builds(dialect: Any) -> None:
+    """Parameters given, fixed in the statement and given twice, each through its type; a
+    missing one raises SQLAlchemy's own error."""
+    moves = table_of(HostAllocation)
+    statement = (
+        update(moves)
+        .where(moves.c.reservation_id == bindparam("r"), moves.c.host_id == 7)
+        .where(moves.c.start_date < bindparam("at"), moves.c.end_date > bindparam("at"))
+        .values(end_date=bindparam("at"))
+    )
+    params = {"r": "res-1", "at": AT}
+    plan = raw._compiled(statement, dialect)
+    assert plan.plain
+    fast = raw._arguments(plan, params)
+    slow = raw._constructed(plan, params)
+    assert fast == slow
+    if dialect.name == "sqlite":
+        assert sorted(fast, key=str) == ["2030-01-02 03:04:05.678000"] * 3 + [7, "res-1"]
+    else:
+        assert fast == {"r": "res-1", "host_id_1": 7, "at": AT}
+    with pytest.raises(InvalidRequestError, match="'r'"):
+        raw._arguments(plan, {"at": AT})

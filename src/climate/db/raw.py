@@ -10,15 +10,44 @@ unit of work has not written yet). The DBAPI's errors come wrapped as SQLAlchemy
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
-_Compiled = tuple[SQLCompiler, dict[str, Callable[[Any], Any]]]
+from climate.db.types import UTCDateTime, sqlite_time
+
+_Process = Callable[[Any], Any]
+_NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class _Bind:
+    """One parameter of a compiled statement, in the order the DBAPI takes them."""
+
+    name: str
+    """As the DBAPI names it (a named paramstyle's key)."""
+    key: str
+    """As the caller names it (``params``)."""
+    fixed: Any
+    """The value compiled into the statement, if any (``_NO_VALUE``: the caller must give it)."""
+    process: _Process | None
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    compiled: SQLCompiler
+    binds: tuple[_Bind, ...]
+    positional: bool
+    plain: bool
+    """Every parameter is the caller's or a fixed value (none computed at execution): the
+    arguments can be built without ``construct_params``."""
+
+
 _CACHE: dict[tuple[int, str, tuple[str, ...]], tuple[ClauseElement, _Compiled]] = {}
 
 
@@ -31,30 +60,43 @@ def _compiled(
         compiled = cast(
             SQLCompiler, statement.compile(dialect=dialect, column_keys=list(columns) or None)
         )
-        processors: dict[str, Callable[[Any], Any]] = {}
-        for bind, name in compiled.bind_names.items():
-            # The dialect's own processing too (SQLite's text form of a time, with its
-            # microseconds), as SQLAlchemy's execution applies it.
-            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            if process is not None:
-                processors[name] = process
-        found = (statement, (compiled, processors))
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
+        positions = getattr(compiled, "positiontup", None)
+        binds = tuple(
+            _Bind(
+                compiled.escaped_bind_names.get(name, name),
+                by_name[name].key,
+                _NO_VALUE if by_name[name].required else by_name[name].value,
+                _processor(by_name[name], dialect),
+            )
+            for name in (positions or by_name)
+        )
+        plain = all(b.callable is None and not b.expanding for b in by_name.values())
+        found = (statement, _Compiled(compiled, binds, bool(positions), plain))
         _CACHE[key] = found
     return found[1]
+
+
+def _processor(bind: BindParameter[Any], dialect: Dialect) -> _Process | None:
+    if isinstance(bind.type, UTCDateTime) and dialect.name == "sqlite":
+        return sqlite_time  # the same text as SQLAlchemy's chain, in one call
+    # The dialect's own processing too (SQLite's text form of a time, with its microseconds),
+    # as SQLAlchemy's execution applies it.
+    return bind.type.dialect_impl(dialect).bind_processor(dialect)
 
 
 def rows(session: Session, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
     """The rows of ``statement`` (or of its ``RETURNING``) with ``params``, as tuples, in the
     session's transaction."""
     connection = session.connection()
-    compiled, processors = _compiled(statement, connection.dialect)
-    args = _arguments(compiled, processors, params)
+    plan = _compiled(statement, connection.dialect)
+    args = _arguments(plan, params)
     cursor = connection.connection.cursor()
     try:
-        cursor.execute(compiled.string, args)
+        cursor.execute(plan.compiled.string, args)
         return list(cursor.fetchall())
     except connection.dialect.loaded_dbapi.Error as error:
-        raise _wrapped(error, connection, compiled.string, args) from error
+        raise _wrapped(error, connection, plan.compiled.string, args) from error
     finally:
         cursor.close()
 
@@ -67,17 +109,17 @@ def rows_then_commit(
     also while this process gets back to send the COMMIT (under load, a wait for the GIL of
     up to a switch interval). The session's own commit then finds nothing left to do."""
     connection = session.connection()
-    compiled, processors = _compiled(statement, connection.dialect)
-    args = _arguments(compiled, processors, params)
+    plan = _compiled(statement, connection.dialect)
+    args = _arguments(plan, params)
     driver: Any = connection.connection.driver_connection
     try:
         with driver.pipeline():
             cursor = driver.cursor()
-            cursor.execute(compiled.string, args)
+            cursor.execute(plan.compiled.string, args)
             driver.commit()
             return list(cursor.fetchall())
     except connection.dialect.loaded_dbapi.Error as error:
-        raise _wrapped(error, connection, compiled.string, args) from error
+        raise _wrapped(error, connection, plan.compiled.string, args) from error
 
 
 def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -89,26 +131,42 @@ def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str
         return
     session.flush()
     connection = session.connection()
-    compiled, processors = _compiled(statement, connection.dialect, tuple(rows[0]))
-    args = [_arguments(compiled, processors, row) for row in rows]
+    plan = _compiled(statement, connection.dialect, tuple(rows[0]))
+    args = [_arguments(plan, row) for row in rows]
     cursor = connection.connection.cursor()
     try:
-        cursor.executemany(compiled.string, args)
+        cursor.executemany(plan.compiled.string, args)
     except connection.dialect.loaded_dbapi.Error as error:
-        raise _wrapped(error, connection, compiled.string, args) from error
+        raise _wrapped(error, connection, plan.compiled.string, args) from error
     finally:
         cursor.close()
 
 
-def _arguments(
-    compiled: SQLCompiler, processors: Mapping[str, Callable[[Any], Any]], params: Mapping[str, Any]
-) -> Any:
-    values = compiled.construct_params(dict(params))
+def _arguments(plan: _Compiled, params: Mapping[str, Any]) -> Any:
+    """The DBAPI's arguments: a list for a positional paramstyle (SQLite), a dict for a named
+    one (psycopg), each value through its type's processor, as SQLAlchemy's execution would."""
+    if plan.plain:
+        values: list[Any] = []
+        for bind in plan.binds:
+            value = params.get(bind.key, bind.fixed)
+            if value is _NO_VALUE:
+                return _constructed(plan, params)  # a value missing: SQLAlchemy's error
+            values.append(value if bind.process is None else bind.process(value))
+        if plan.positional:
+            return values
+        return {bind.name: value for bind, value in zip(plan.binds, values, strict=True)}
+    return _constructed(plan, params)
+
+
+def _constructed(plan: _Compiled, params: Mapping[str, Any]) -> Any:
+    values = plan.compiled.construct_params(dict(params))
     assert values is not None
-    for name, process in processors.items():
+    processes = {bind.name: bind.process for bind in plan.binds if bind.process is not None}
+    for name, process in processes.items():  # once per name: a bind may come twice
         values[name] = process(values[name])
-    positions = getattr(compiled, "positiontup", None)
-    return [values[name] for name in positions] if positions else values
+    if plan.positional:
+        return [values[bind.name] for bind in plan.binds]
+    return values
 
 
 def _wrapped(error: Exception, connection: Connection, sql: str, args: Any) -> DBAPIError:

@@ -32,6 +32,19 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         return value.astimezone(dt.UTC)
 
 
+def sqlite_time(value: dt.datetime | None) -> str | None:
+    """What a ``UTCDateTime`` column stores on SQLite for ``value``, as ``process_bind_param``
+    and SQLite's ``DATETIME`` make it in two steps (``2030-01-02 03:04:05.006789``, naive UTC
+    with its microseconds): the statements below the ORM (``db/raw.py``) bind times by it."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError("naive datetime given to a UTC column")
+    if value.tzinfo is not dt.UTC:
+        value = value.astimezone(dt.UTC)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
 def as_utc(value: object) -> dt.datetime:
     """An aggregate (min/max) result as aware UTC: SQLite returns those as naive text."""
     if isinstance(value, str):

@@ -252,7 +252,7 @@ class OpenStackBackend(Backend):
         host = str(hypervisor["service"]["host"]) if hypervisor is not None else action.name
         freepool = self.aggregates.find(self.config.freepool_name)
         if freepool is not None and host in (freepool.hosts or []):
-            self.conn.compute.remove_host_from_aggregate(freepool, host)
+            self.aggregates.remove_host(freepool, host)
 
     # -- start and end -------------------------------------------------------------------------
 
@@ -307,7 +307,7 @@ class OpenStackBackend(Backend):
                 self.conn.compute.add_host_to_aggregate(freepool, old)
             aggregate = self.aggregates.find(h.reservation_id)
             if old in (aggregate.hosts or []):
-                self.conn.compute.remove_host_from_aggregate(aggregate, old)
+                self.aggregates.remove_host(aggregate, old)
 
     def _replace_instances(self, action: Replace) -> None:
         """Instances of a running reservation moved off a failed host, as Blazar's
@@ -334,7 +334,7 @@ class OpenStackBackend(Backend):
                 return
             aggregate = self.aggregates.find(rid)
             if old in (aggregate.hosts or []):
-                self.conn.compute.remove_host_from_aggregate(aggregate, old)
+                self.aggregates.remove_host(aggregate, old)
             self.placement.delete_inventory(old, rc, in_use_ok=True)
 
     def _start_instances(self, h: Handover) -> Mapping[str, Mapping[str, Any]]:
@@ -482,7 +482,7 @@ class OpenStackBackend(Backend):
             self.placement.delete_inventory(move.from_name, rc)
         pool = self.aggregates.find(move.reservation_id)
         if pool is not None and move.from_name in (pool.hosts or []):
-            self.conn.compute.remove_host_from_aggregate(pool, move.from_name)
+            self.aggregates.remove_host(pool, move.from_name)
 
 
 def _slots(h: Handover) -> dict[str, int]:

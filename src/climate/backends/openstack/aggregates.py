@@ -4,8 +4,12 @@ so a failure never leaves it outside every aggregate."""
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterable
 from typing import Any
+
+GENERATION_ATTEMPTS = 8
 
 
 class Aggregates:
@@ -41,7 +45,7 @@ class Aggregates:
             if host not in (aggregate.hosts or []):
                 aggregate = self.compute.add_host_to_aggregate(aggregate, host)
             if leave_freepool and host in (freepool.hosts or []):
-                freepool = self.compute.remove_host_from_aggregate(freepool, host)
+                freepool = self.remove_host(freepool, host)
 
     def dissolve(self, name: str) -> None:
         """Hosts of aggregate ``name`` back into the freepool (first), then out of it; the
@@ -53,7 +57,7 @@ class Aggregates:
         for host in list(aggregate.hosts or []):
             if host not in (freepool.hosts or []):
                 freepool = self.compute.add_host_to_aggregate(freepool, host)
-            aggregate = self.compute.remove_host_from_aggregate(aggregate, host)
+            aggregate = self.remove_host(aggregate, host)
         self.compute.delete_aggregate(aggregate, ignore_missing=True)
 
     def drop(self, name: str) -> None:
@@ -61,5 +65,24 @@ class Aggregates:
         aggregate = self.find(name)
         if aggregate is not None:
             for host in list(aggregate.hosts or []):
-                aggregate = self.compute.remove_host_from_aggregate(aggregate, host)
+                aggregate = self.remove_host(aggregate, host)
             self.compute.delete_aggregate(aggregate, ignore_missing=True)
+
+    def remove_host(self, aggregate: Any, host: str) -> Any:
+        """``host`` out of ``aggregate``; the aggregate as Nova then has it. Nova first takes
+        the compute's provider out of the mirrored Placement aggregate and answers 409 when
+        another change moved that provider's generation meanwhile (two reservations of one
+        compute ending side by side), leaving the host where it was: ask again after a short
+        random pause. Other conflicts (servers that would change zone) are real refusals."""
+        from openstack.exceptions import ConflictException
+
+        attempt = 1
+        while True:
+            try:
+                return self.compute.remove_host_from_aggregate(aggregate, host)
+            except ConflictException as error:
+                said = f"{error} {error.details or ''}".lower()
+                if "generation" not in said or attempt == GENERATION_ATTEMPTS:
+                    raise
+            time.sleep(random.uniform(0, 0.05 * attempt))
+            attempt += 1

@@ -213,10 +213,36 @@ def test_instances_revision_goes_down_and_up_again(db: Database) -> None:
     assert diff == []
 
 
+def test_lease_revisions_go_down_and_up_again_with_their_triggers(db: Database) -> None:
+    def triggers() -> int:
+        if db.dialect != "sqlite":
+            return 0
+        with db.engine.connect() as connection:
+            found = connection.execute(
+                text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
+            )
+            return int(found.scalar_one())
+
+    counted = 2 + 6 * 3 if db.dialect == "sqlite" else 0  # leases, and 6 tables of its rows
+    assert triggers() == counted
+    config = migrate._config(db)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0022")
+        assert "lease_revisions" not in inspect(connection).get_table_names()
+    assert triggers() == 0
+    migrate.upgrade(db)
+    assert triggers() == counted
+
+
 def test_sqlite_times_stored_in_the_short_form_get_their_microseconds(sqlite_url: str) -> None:
     """Times written without their microseconds (below the ORM, before 0022) compare as text
     with the long form wrongly at equal instants: the migration lengthens them."""
-    fresh = Database(sqlite_url)  # at head: taken back to 0021 by hand
+    fresh = Database(sqlite_url)  # at head: taken back to 0022, then to 0021 by hand
+    config = migrate._config(fresh)
+    with fresh.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0022")
     with fresh.engine.begin() as connection:
         connection.execute(text("DELETE FROM alembic_version"))
         connection.execute(text("INSERT INTO alembic_version VALUES ('0021')"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from climate import inputs
 from climate.api.auth import Authenticator
+from climate.api.lease_renders import Renders
 from climate.context import Page
 from climate.domain.actor import Actor
 from climate.errors import InvalidInput, PayloadTooLarge
@@ -41,6 +42,7 @@ class Services:
     power: PowerService
     idle: IdleService
     max_body_bytes: int
+    lease_renders: Renders = field(default_factory=Renders)
 
 
 # The cheap dependencies are ``async``: FastAPI runs a plain ``def`` dependency on the thread pool.

@@ -38,11 +38,12 @@ def list_leases(
     project_id: str | None = None,
     status: str | None = None,
     name: str | None = None,
-) -> JSONResponse:
-    leases = services.leases.list_all(
-        actor, project_id=project_id, status=status, name=name, page=page
+) -> Response:
+    renders = services.lease_renders
+    shown = services.leases.list_revised(
+        actor, renders.get, project_id=project_id, status=status, name=name, page=page
     )
-    return JSONResponse({"leases": _shown(services.leases, leases)})
+    return Response(renders.body(shown), media_type="application/json")
 
 
 def _shown(service: LeaseService, leases: Sequence[LeaseView]) -> list[dict[str, Any]]:

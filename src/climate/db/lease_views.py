@@ -7,13 +7,15 @@ the ORM rows do, and come in the order the ORM relationships give."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select, text
 from sqlalchemy.orm import Session
 
+from climate.db.chunks import chunked
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
     Event,
@@ -21,13 +23,11 @@ from climate.db.tables import (
     InstanceAllocation,
     ItemAllocation,
     Lease,
+    LeaseRevision,
     Reservation,
     VolumeAllocation,
     table_of,
 )
-
-CHUNK = 500
-"""Ids per ``IN`` list, as the ORM's selectin loading sends them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +127,8 @@ class LeaseRecord(NamedTuple):
 _LEASES = table_of(Lease).c
 _RESERVATIONS = table_of(Reservation).c
 _EVENTS = table_of(Event).c
+_REVISIONS = table_of(LeaseRevision).c
+_COUNTED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _LEASE_COLUMNS = [_LEASES[f] for f in LeaseRecord._fields[:-2]]
 _RESERVATION_COLUMNS = [_RESERVATIONS[f] for f in ReservationRecord._fields[:-4]]
 _EVENT_COLUMNS = [_EVENTS[f] for f in EventRecord._fields]
@@ -141,33 +143,92 @@ _ALLOCATIONS: list[tuple[str, type[Any], Any, list[Any]]] = [
 ]
 
 
-def live_page(
-    session: Session,
-    *,
-    project_id: str | None = None,
-    status: str | None = None,
-    name: str | None = None,
-    limit: int | None = None,
-    marker: Lease | None = None,
-    sort_key: str = "created_at",
-    descending: bool = False,
-) -> list[LeaseRecord]:
-    """Live leases in (``sort_key``, id) order, the ``limit`` after ``marker`` if given, each
-    with its reservations (their allocations) and events."""
-    column = _LEASES[sort_key]
-    query = select(*_LEASE_COLUMNS).where(_LEASES.deleted_at.is_(None))
+@dataclass(frozen=True)
+class Asked:
+    """A page of live leases: those of ``project_id`` (None: of every project), with
+    ``status`` and ``name`` if given, in (``sort_key``, id) order, the ``limit`` after
+    ``marker`` if given."""
+
+    project_id: str | None = None
+    status: str | None = None
+    name: str | None = None
+    limit: int | None = None
+    marker: Lease | None = None
+    sort_key: str = "created_at"
+    descending: bool = False
+
+
+def live_page(session: Session, asked: Asked) -> list[LeaseRecord]:
+    """The leases ``asked``, each with its reservations (their allocations) and events."""
+    query = _page(select(*_LEASE_COLUMNS), asked)
+    return _complete(session, session.execute(query.limit(asked.limit)).all())
+
+
+class Listed(NamedTuple):
+    """A lease of a page, as ``revisions`` lists it."""
+
+    id: str
+    status: str
+    revision: int
+
+
+def revisions(session: Session, asked: Asked) -> list[Listed] | None:
+    """The leases ``live_page`` would load, in its order, each with its status and revision
+    (``lease_revisions``; 0 without a row); None where the database does not count revisions
+    (no trigger: PostgreSQL)."""
+    if not _counted(session):
+        return None
+    counted = func.coalesce(_REVISIONS.revision, 0)
+    query = select(_LEASES.id, _LEASES.status, counted).outerjoin_from(
+        table_of(Lease), table_of(LeaseRevision), _REVISIONS.lease_id == _LEASES.id
+    )
+    query = _page(query, asked)
+    return [Listed._make(row) for row in session.execute(query.limit(asked.limit))]
+
+
+def by_ids(session: Session, ids: Collection[str]) -> dict[str, LeaseRecord]:
+    """Leases ``ids`` (those found), each as ``live_page`` loads it."""
+    rows: list[Any] = []
+    for chunk in chunked(sorted(ids)):
+        rows += session.execute(select(*_LEASE_COLUMNS).where(_LEASES.id.in_(chunk))).all()
+    return {lease.id: lease for lease in _complete(session, rows)}
+
+
+def _counted(session: Session) -> bool:
+    """Whether the database counts lease revisions (SQLite's triggers, migration 0023), asked
+    once per engine."""
+    engine = session.get_bind()
+    counted = _COUNTED.get(engine)
+    if counted is None:
+        counted = engine.dialect.name == "sqlite" and bool(
+            session.execute(
+                text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name GLOB :n"),
+                {"n": "lease_revision_*"},
+            ).scalar_one()
+        )
+        _COUNTED[engine] = counted
+    return counted
+
+
+def _page(query: Select[Any], asked: Asked) -> Select[Any]:
+    column, descending, marker = _LEASES[asked.sort_key], asked.descending, asked.marker
+    query = query.where(_LEASES.deleted_at.is_(None))
     query = query.order_by(*keyset_order(column, _LEASES.id, descending))
     if marker is not None:
-        query = query.where(
-            after_marker(column, _LEASES.id, getattr(marker, sort_key), marker.id, descending)
-        )
-    if project_id is not None:
-        query = query.where(_LEASES.project_id == project_id)
-    if status is not None:
-        query = query.where(_LEASES.status == status)
-    if name is not None:
-        query = query.where(_LEASES.name == name)
-    rows = session.execute(query.limit(limit)).all()
+        value = getattr(marker, asked.sort_key)
+        query = query.where(after_marker(column, _LEASES.id, value, marker.id, descending))
+    if asked.project_id is not None:
+        query = query.where(_LEASES.project_id == asked.project_id)
+    if asked.status is not None:
+        query = query.where(_LEASES.status == asked.status)
+    if asked.name is not None:
+        query = query.where(_LEASES.name == asked.name)
+    return query
+
+
+def _complete(session: Session, rows: Sequence[Any]) -> list[LeaseRecord]:
+    """Leases of these rows (``_LEASE_COLUMNS``), each with its reservations (their
+    allocations) and events."""
     leases = [LeaseRecord._make((*row, [], [])) for row in rows]
     by_id = {lease.id: lease for lease in leases}
     reservations: dict[str, ReservationRecord] = {}
@@ -192,7 +253,5 @@ def _each(
     """The rows of ``query`` whose ``owner`` is one of ``ids`` in ``order`` (the ``order_by``
     of the ORM relationship they stand for, so that they come as the ORM gives them), a chunk
     of ids at a time."""
-    listed = list(ids)
-    for begin in range(0, len(listed), CHUNK):
-        chunk = listed[begin : begin + CHUNK]
+    for chunk in chunked(list(ids)):
         yield from session.execute(query.where(owner.in_(chunk)).order_by(*order)).all()

@@ -31,6 +31,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from climate.db import managers, raw
+from climate.db.chunks import chunked
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
 from climate.db.types import as_utc
@@ -45,8 +46,6 @@ REMINDER_PRIORITY = EVENT_ORDER[EventType.BEFORE_END_LEASE] + 1
 """The priority that marks a ``before_end_lease`` event as a reminder (a notification only)
 rather than the before-end action at ``before_end_date``: at one instant it runs after every
 other kind. A reminder's offset is its lease's end minus its time, kept so as the end moves."""
-_CHUNK = 500
-"""Ids per ``IN`` list."""
 
 
 def reminder_ids(session: Session, events: Iterable[DueEvent]) -> set[str]:
@@ -366,10 +365,8 @@ def owners(session: Session, lease_ids: Collection[str]) -> dict[str, tuple[str,
     """Each lease's project and user (which never change), deleted leases too."""
     found: dict[str, tuple[str, str]] = {}
     wanted = sorted(lease_ids)
-    for i in range(0, len(wanted), _CHUNK):
-        query = select(Lease.id, Lease.project_id, Lease.user_id).where(
-            Lease.id.in_(wanted[i : i + _CHUNK])
-        )
+    for chunk in chunked(wanted):
+        query = select(Lease.id, Lease.project_id, Lease.user_id).where(Lease.id.in_(chunk))
         found.update(
             (lease_id, (project, user)) for lease_id, project, user in session.execute(query)
         )
@@ -444,6 +441,11 @@ def waiting(session: Session) -> list[Waiting]:
         .order_by(*QUEUE_ORDER)
     )
     return [Waiting(*row) for row in session.execute(query)]
+
+
+def queue_places(session: Session) -> dict[str, int]:
+    """Each waiting lease's place in the queue, from 1, across every project."""
+    return {row.id: i for i, row in enumerate(waiting(session), start=1)}
 
 
 def queue_waits(session: Session) -> bool:

@@ -9,11 +9,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from climate.db.chunks import chunked
 from climate.db.tables import Event, HostAllocation, Lease, Reservation
 from climate.domain.status import EventStatus, EventType, LeaseStatus, ReservationStatus
 from climate.planner.repack import Holder, Move, Occupant
-
-CHUNK = 500  # reservation ids per query
 
 
 class DatabaseWorld:
@@ -51,10 +50,10 @@ class DatabaseWorld:
         return [o for o in self.spans(host, start, end) if o[2] != self.reservation_id]
 
     def holders(self, ids: Collection[str]) -> dict[str, Holder]:
-        """Each reservation's allocations, status and parameters: one query per CHUNK ids."""
+        """Each reservation's allocations, status and parameters: one query per chunk of ids."""
         wanted = sorted(ids)
         rows: dict[str, list[Any]] = {}
-        for i in range(0, len(wanted), CHUNK):
+        for chunk in chunked(wanted):
             query = (
                 select(
                     HostAllocation.reservation_id,
@@ -69,7 +68,7 @@ class DatabaseWorld:
                 )
                 .join(Reservation, Reservation.id == HostAllocation.reservation_id)
                 .join(Lease, Lease.id == HostAllocation.lease_id)
-                .where(HostAllocation.reservation_id.in_(wanted[i : i + CHUNK]))
+                .where(HostAllocation.reservation_id.in_(chunk))
             )
             for row in self.session.execute(query):
                 rows.setdefault(row[0], []).append(row)
@@ -107,11 +106,11 @@ def hold_starts(session: Session, lease_ids: Collection[str]) -> set[str]:
     """
     wanted = sorted(lease_ids)
     held: set[str] = set()
-    for i in range(0, len(wanted), CHUNK):
+    for chunk in chunked(wanted):
         query = (
             select(Event.lease_id)
             .where(
-                Event.lease_id.in_(wanted[i : i + CHUNK]),
+                Event.lease_id.in_(chunk),
                 Event.event_type == EventType.START_LEASE,
                 Event.status == EventStatus.UNDONE,
             )

@@ -169,6 +169,16 @@ class Lease(Timestamped, Base):
     )
 
 
+class LeaseRevision(Base):
+    """How often a lease's rows (its own, its reservations', events' and allocations') have
+    changed, counted by the database's triggers on SQLite (migration 0023); no row: never since
+    it was written. PostgreSQL has no trigger: the table stays empty there."""
+
+    __tablename__ = "lease_revisions"
+    lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer)
+
+
 class LeaseSeries(Timestamped, Base):
     """A recurring lease: an iCalendar RRULE (with EXDATEs) from ``first_start``, each
     occurrence ``duration_seconds`` long, made from ``body`` (a lease body without dates).

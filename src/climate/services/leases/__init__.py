@@ -5,6 +5,7 @@ holds (``holds``) and the waiting queue (``queue``), all admitting through one p
 from climate.domain.requests import LeaseChanges, LeaseRequest, ReservationRequest
 from climate.services.leases.change import Changing
 from climate.services.leases.create import Checked, Creating, Trial
+from climate.services.leases.listing import Listing
 from climate.services.leases.queue import Queue
 
 __all__ = [
@@ -17,5 +18,5 @@ __all__ = [
 ]
 
 
-class LeaseService(Creating, Changing, Queue):
+class LeaseService(Creating, Changing, Queue, Listing):
     """Every lease use case, on one service context."""

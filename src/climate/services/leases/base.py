@@ -55,29 +55,44 @@ class LeaseBase:
 
         :raises InvalidInput: ``marker`` is not a lease of this listing, or a bad ``sort_key``.
         """
+        with self.ctx.db.reader() as session:
+            asked = self._listing(session, actor, project_id, status, name, page)
+            return [] if asked is None else lease_views.live_page(session, asked)
+
+    def _listing(
+        self,
+        session: Session,
+        actor: Actor,
+        project_id: str | None,
+        status: str | None,
+        name: str | None,
+        page: Page,
+    ) -> lease_views.Asked | None:
+        """The page ``actor`` asked for (None: nothing they may see).
+
+        :raises InvalidInput: ``marker`` is not a lease of this listing, or a bad ``sort_key``.
+        """
         self.ctx.policy.enforce(actor, "blazar:leases:get", actor.owner())
         scope = self.ctx.policy.scope(actor)
         if scope is not None:
             if project_id not in (None, scope):
-                return []
+                return None
             project_id = scope
         sort_key = page.key(lease_rows.LEASE_SORT_KEYS)
-        with self.ctx.db.reader() as session:
-            marker = None
-            if page.marker is not None:
-                marker = lease_rows.get(session, page.marker, project_id=scope)
-                if marker is None:
-                    raise InvalidInput("marker", "not the id of a lease in this listing")
-            return lease_views.live_page(
-                session,
-                project_id=project_id,
-                status=status,
-                name=name,
-                limit=page.size(self.ctx.settings.max_page_size),
-                marker=marker,
-                sort_key=sort_key,
-                descending=page.sort_dir == "desc",
-            )
+        marker = None
+        if page.marker is not None:
+            marker = lease_rows.get(session, page.marker, project_id=scope)
+            if marker is None:
+                raise InvalidInput("marker", "not the id of a lease in this listing")
+        return lease_views.Asked(
+            project_id,
+            status,
+            name,
+            page.size(self.ctx.settings.max_page_size),
+            marker,
+            sort_key,
+            page.sort_dir == "desc",
+        )
 
     def _load(
         self, session: Session, actor: Actor, lease_id: str, rule: str, *, locked: bool = False

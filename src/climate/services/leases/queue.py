@@ -27,7 +27,7 @@ class Queue(Holds):
     def queue_positions(self) -> dict[str, int]:
         """Each waiting lease's place in the queue, from 1, across every project."""
         with self.ctx.db.reader() as session:
-            return {row.id: i for i, row in enumerate(lease_rows.waiting(session), start=1)}
+            return lease_rows.queue_places(session)
 
     def serve_queue(self, capacity_changed: bool) -> int:
         """Lapse expired holds, time out best-effort leases past their deadline, then try to

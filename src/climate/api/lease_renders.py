@@ -1,0 +1,71 @@
+"""Leases as ``GET /v1/leases`` shows them, kept as JSON per revision of their rows (and queue
+place): a listing renders again only the leases that changed since this process last showed
+them (``LeaseService.list_revised``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from climate import wire
+from climate.services.leases.listing import Shown
+
+KEPT_BYTES = 32 * 1024 * 1024
+"""What is kept, least recently shown dropped first (a page of a thousand leases is about
+2.3 MB)."""
+
+
+def encode(body: Any) -> bytes:
+    """JSON as ``JSONResponse`` writes it: pieces encoded alone and joined by ``,`` are the
+    bytes of the whole encoded at once."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+class Renders:
+    """Each lease's JSON at one revision and queue place."""
+
+    def __init__(self, limit: int = KEPT_BYTES) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[str, tuple[int, int | None, bytes]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, lease_id: str, revision: int, place: int | None) -> bytes | None:
+        with self._lock:
+            found = self._kept.get(lease_id)
+            if found is None or found[0] != revision or found[1] != place:
+                return None
+            self._kept.move_to_end(lease_id)
+            return found[2]
+
+    def put(self, lease_id: str, revision: int, place: int | None, rendered: bytes) -> None:
+        with self._lock:
+            before = self._kept.pop(lease_id, None)
+            if before is not None:
+                self._size -= len(before[2])
+            self._kept[lease_id] = (revision, place, rendered)
+            self._size += len(rendered)
+            while self._size > self.limit:
+                _, dropped = self._kept.popitem(last=False)
+                self._size -= len(dropped[2])
+
+    @property
+    def size(self) -> int:
+        """Bytes kept."""
+        return self._size
+
+    def body(self, shown: Sequence[Shown[bytes]]) -> bytes:
+        """``{"leases": [...]}`` of a page, keeping each lease rendered here."""
+        parts = []
+        for lease in shown:
+            rendered = lease.kept
+            if rendered is None:
+                assert lease.lease is not None
+                rendered = encode(wire.lease(lease.lease, lease.place))
+                if lease.revision is not None:
+                    self.put(lease.id, lease.revision, lease.place, rendered)
+            parts.append(rendered)
+        return b'{"leases":[' + b",".join(parts) + b"]}"

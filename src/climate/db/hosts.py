@@ -88,6 +88,24 @@ def list_all(
     return session.scalars(query.limit(limit)).all()
 
 
+def ids(
+    session: Session,
+    *,
+    limit: int | None = None,
+    marker: Host | None = None,
+    sort_key: str = "id",
+    descending: bool = False,
+) -> list[int]:
+    """``list_all``'s hosts, their ids alone (no host loaded)."""
+    column = getattr(Host, sort_key)
+    query = select(Host.id).order_by(*keyset_order(column, Host.id, descending))
+    if marker is not None:
+        query = query.where(
+            after_marker(column, Host.id, getattr(marker, sort_key), marker.id, descending)
+        )
+    return list(session.scalars(query.limit(limit)))
+
+
 def add(session: Session, host: Host) -> Host:
     session.add(host)
     session.flush()

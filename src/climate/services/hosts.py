@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -28,6 +28,9 @@ from climate.services.inventory import MAX_INT as MAX_INT
 INT_COLUMNS = frozenset({"vcpus", "memory_mb", "local_gb", "hypervisor_version"})
 TEXT_COLUMNS = frozenset({"service_name", "hypervisor_type", "cpu_info"})
 READ_ONLY = frozenset({"id", "name", "hypervisor_hostname", "created_at", "updated_at", "trust_id"})
+
+
+_Row = TypeVar("_Row")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class HostService:
         """:raises InvalidInput: ``marker`` is not a host id, or a bad ``sort_key``."""
         self.ctx.policy.enforce(actor, "blazar:oshosts:get")
         with self.ctx.db.reader() as session:
-            return self._page(session, page)
+            return self._page(session, page, host_rows.list_all)
 
     def get(self, actor: Actor, host_id: str) -> Host:
         self.ctx.policy.enforce(actor, "blazar:oshosts:get")
@@ -226,30 +229,36 @@ class HostService:
         since = start or self.ctx.clock.now()
         with self.ctx.db.reader() as session:
             if host_id is not None:
-                hosts: Sequence[Host] = [_load(session, host_id)]
+                ids: Sequence[int] = [_load(session, host_id).id]
             else:
-                hosts = self._page(session, page)
-            if not hosts:
+                ids = self._page(session, page, host_rows.ids)  # no host loaded
+            if not ids:
                 return []
             rows = host_rows.allocations(
                 session,
-                host_range=(hosts[0].id, hosts[-1].id),
+                host_range=(ids[0], ids[-1]),
                 lease_id=lease_id,
                 reservation_id=reservation_id,
                 project_id=self.ctx.policy.scope(actor),
                 start=since,
                 end=end,
             )
-        per_host = inventory.grouped([h.id for h in hosts], rows, lambda row: row.host_id)
+        per_host = inventory.grouped(ids, rows, lambda row: row.host_id)
         return [HostAllocations(h, r) for h, r in per_host.items()]
 
-    def _page(self, session: Session, page: Page) -> Sequence[Host]:
+    def _page(
+        self,
+        session: Session,
+        page: Page,
+        rows: Callable[..., Sequence[_Row]],
+    ) -> Sequence[_Row]:
+        """A page of hosts as ``rows`` lists them (the hosts, or their ids)."""
         return inventory.page_of(
             session,
             page,
             what="host",
             find=_find,
-            rows=host_rows.list_all,
+            rows=rows,
             sort_keys=host_rows.HOST_SORT_KEYS,
             cap=self.ctx.settings.max_page_size,
         )

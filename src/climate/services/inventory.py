@@ -19,6 +19,7 @@ from climate.inputs import free_text, name_text, shown
 
 READ_ONLY = frozenset({"id", "created_at", "updated_at"})
 _Found = TypeVar("_Found")
+_Marker = TypeVar("_Marker")
 
 
 def parse_id(text: str) -> int | None:
@@ -87,13 +88,14 @@ def page_of(
     page: Page,
     *,
     what: str,
-    find: Callable[[Session, str], _Found | None],
+    find: Callable[[Session, str], _Marker | None],
     rows: Callable[..., Sequence[_Found]],
     sort_keys: tuple[str, ...],
     cap: int,
 ) -> Sequence[_Found]:
     """A page of an inventory: ``rows`` (a ``db`` listing taking ``limit``, ``marker``,
-    ``sort_key`` and ``descending``) after the ``page.marker`` that ``find`` looks up.
+    ``sort_key`` and ``descending``) after the ``page.marker`` that ``find`` looks up (the
+    rows may be the resources, or less of them: their ids).
 
     :raises InvalidInput: ``page.marker`` is no ``what``, or ``page.sort_key`` is not one of
         ``sort_keys``.

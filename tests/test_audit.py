@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from climate.backends.base import Backend
@@ -267,3 +269,37 @@ def test_climate_audit_list(live_sqlite: LiveServer) -> None:
     assert "host.create" in run("audit", "list", "--limit", "1", *url).stdout
     denied = run("audit", "list", "--project", "project-a", *url, ok=False)
     assert "error (403)" in denied.stderr
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),  # past 64 bits too
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.datetimes(timezones=st.just(dt.UTC)),
+    st.sampled_from(list(LeaseStatus)),
+)
+_details = st.dictionaries(
+    st.text(),
+    st.recursive(
+        _scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=12,
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(detail=_details)
+def test_a_detail_is_stored_as_the_standard_librarys_json_would_read(
+    detail: dict[str, Any],
+) -> None:
+    """Written by orjson for speed: what a reader decodes is what the standard library's
+    ``json.dumps(detail, sort_keys=True, default=str)`` gave, keys in the same order."""
+    stored = audit._json(detail)
+    expected = json.dumps(detail, sort_keys=True, default=str)
+    assert json.loads(stored) == json.loads(expected)
+    assert list(json.loads(stored)) == list(json.loads(expected))

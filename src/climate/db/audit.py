@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import orjson
 from sqlalchemy import Table, event, insert, literal, select
 from sqlalchemy.orm import Session
 
@@ -24,6 +25,12 @@ from climate.db.types import UTCDateTime
 from climate.domain.actor import Actor
 
 LOG = logging.getLogger("climate.audit")
+_ORJSON = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_NON_STR_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
 AUDIT = cast(Table, AuditLog.__table__)
 Detail = Mapping[str, object]
 _ADD = insert(AUDIT)
@@ -152,7 +159,15 @@ def _encode(detail: Detail | None) -> str | None:
 
 
 def _json(detail: Detail) -> str:
-    return json.dumps(detail, sort_keys=True, default=str)
+    """``detail`` as JSON, keys sorted, what JSON has no type for written by ``str`` (times,
+    decimals, dataclasses: as the standard library's ``default=str`` writes them). orjson takes
+    a tenth of the standard library's time, which showed on every admission (a lease's audit
+    row, the usage rules' verdict, a ledger entry); an integer past 64 bits it cannot write is
+    left to the standard library."""
+    try:
+        return orjson.dumps(detail, default=str, option=_ORJSON).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(detail, sort_keys=True, default=str)
 
 
 def _log_on_commit(session: Session, rows: list[dict[str, Any]]) -> None:

@@ -31,25 +31,42 @@ EARLIEST = dt.datetime(1, 1, 2)  # noqa: DTZ001
 LATEST = dt.datetime(9999, 12, 30)  # noqa: DTZ001
 
 
-def test_the_balance_moves_only_when_it_stays_at_or_above_zero(db: Database) -> None:
+def entry(amount: int, project: str = "p") -> credit_rows.Entry:
+    return credit_rows.Entry(project, None, "grant", amount, 0, "admin", AT)
+
+
+def test_an_entry_moves_the_balance_only_when_it_stays_at_or_above_zero(db: Database) -> None:
     with db.transaction() as session:
         credit_rows.open_account(session, "p")
-        assert credit_rows.move(session, "p", 100) == 100
-        assert credit_rows.move(session, "p", -150) is None
-        assert credit_rows.move(session, "p", -100) == 0
-        assert credit_rows.move(session, "nobody", 1) is None
+        credit_rows.open_account(session, "q")
+        assert [
+            None if w is None else w.balance_cents
+            for w in (
+                credit_rows.post(session, entry(100)),
+                credit_rows.post(session, entry(-150)),  # refused: nothing written
+                credit_rows.post(session, entry(0)),
+                credit_rows.post(session, entry(-100)),
+                credit_rows.post(session, entry(1, project="nobody")),  # no balance row
+            )
+        ] == [100, None, 100, 0, None]
     with db.reader() as session:
         assert credit_rows.balance(session, "p") == 0
+        assert credit_rows.balance(session, "q") == 0  # another project's is not touched
+        assert credit_rows.balance(session, "nobody") is None
+        assert [e.balance_cents for e in credit_rows.entries(session, "p", 10)] == [100, 100, 0]
+        assert credit_rows.entries(session, "nobody", 10) == []
 
 
 def test_ledger_rows_read_back_as_written_in_order(db: Database) -> None:
     entries = [
+        credit_rows.Entry("p", None, "grant", 1000, 0, "admin", AT, "start"),
         credit_rows.Entry("p", "lease-1", "encumber", -250, 250, "alice", AT, "create"),
-        credit_rows.Entry("p", None, "grant", 1000, 0, "admin", AT + dt.timedelta(hours=1)),
     ]
     with db.transaction() as session:
-        written = [credit_rows.append(session, e, 750 + i) for i, e in enumerate(entries)]
-    assert written[0].id < written[1].id
+        credit_rows.open_account(session, "p")
+        written = [credit_rows.post(session, e) for e in entries]
+    assert [w.balance_cents for w in written if w is not None] == [1000, 750]
+    assert written[0] is not None and written[1] is not None and written[0].id < written[1].id
     with db.reader() as session:
         assert credit_rows.entries(session, "p", 10) == written
 

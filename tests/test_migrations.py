@@ -219,7 +219,10 @@ def test_lease_revisions_go_down_and_up_again_with_their_triggers(db: Database) 
             return 0
         with db.engine.connect() as connection:
             found = connection.execute(
-                text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
+                text(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                    "AND name GLOB 'lease_revision_*'"
+                )
             )
             return int(found.scalar_one())
 

@@ -1,8 +1,8 @@
-"""Credits' rows (docs/credits.md): a balance per project, changed only by one conditional
-``UPDATE ... WHERE balance + delta >= 0``, so no two transactions can take it below zero on any
-database (on PostgreSQL the second waits for the first's row lock, then re-checks the condition
-against the committed balance; SQLite serialises writers); the append-only ledger; and what a
-lease holds, to be priced. Amounts are whole cents."""
+"""Credits' rows (docs/credits.md): a balance per project, changed only with a ledger entry
+(``post``: the entry written and its amount added to the balance in one statement, only where
+the balance stays at or above zero), so no two transactions can take it below zero on any
+database; the append-only ledger; and what a lease holds, to be priced. Amounts are whole
+cents."""
 
 from __future__ import annotations
 
@@ -29,18 +29,34 @@ from climate.db.tables import (
 
 BALANCES = table_of(CreditBalance)
 LEDGER = table_of(CreditEntry)
-# Prebuilt: admission runs these once each; building them per call cost more than running them.
 _BALANCE = BALANCES.c.balance_cents
-_MOVE = (
-    update(BALANCES)
-    .where(BALANCES.c.project_id == bindparam("p"), _BALANCE + bindparam("d") >= 0)
-    .values(balance_cents=_BALANCE + bindparam("d"))
-    .returning(_BALANCE)
-)
-_APPEND = (
+_ENTRY = [c for c in LEDGER.c if c not in (LEDGER.c.id, LEDGER.c.balance_cents)]
+_GIVEN = {c.name: bindparam(c.name, type_=c.type) for c in _ENTRY}
+_OWN = BALANCES.c.project_id == _GIVEN["project_id"]
+_AFTER = _BALANCE + _GIVEN["amount_cents"]
+# Prebuilt: admission posts once; building the statement per call cost more than running it.
+# SQLite serialises writers: the insert reads the balance, and the trigger of migration 0024
+# adds the entry's amount to it. PostgreSQL: the balance's conditional UPDATE feeds the insert
+# (a data-modifying WITH); a second post waits for the first's row lock, then re-checks the
+# condition against the committed balance.
+_POST_SQLITE = (
     LEDGER.insert()
-    .values({c.name: bindparam(c.name) for c in LEDGER.c if c is not LEDGER.c.id})
-    .returning(LEDGER.c.id)
+    .from_select(
+        [*_GIVEN, "balance_cents"],
+        select(*_GIVEN.values(), _AFTER).where(_OWN, _AFTER >= 0),
+    )
+    .returning(LEDGER.c.id, LEDGER.c.balance_cents)
+)
+_MOVED = (
+    update(BALANCES).where(_OWN, _AFTER >= 0).values(balance_cents=_AFTER).returning(_BALANCE)
+).cte("moved")
+_POST_POSTGRESQL = (
+    LEDGER.insert()
+    .from_select(
+        [*_GIVEN, "balance_cents"],
+        select(*_GIVEN.values(), _MOVED.c.balance_cents),
+    )
+    .returning(LEDGER.c.id, LEDGER.c.balance_cents)
 )
 
 
@@ -83,28 +99,27 @@ def open_account(session: Session, project_id: str) -> None:
     )
 
 
-def move(session: Session, project_id: str, delta: int) -> int | None:
-    """Add ``delta`` cents to the project's balance unless that would take it below zero (or it
-    has no balance row); the balance after, or None (nothing changed)."""
-    found = raw.rows(session, _MOVE, {"p": project_id, "d": delta})
-    return int(found[0][0]) if found else None
-
-
-def append(session: Session, entry: Entry, balance_cents: int) -> Written:
-    """Write ``entry`` to the ledger with the balance after it."""
+def post(session: Session, entry: Entry) -> Written | None:
+    """Write ``entry`` to the ledger and add its amount to its project's balance, in one
+    statement, unless that would take the balance below zero (or the project has no balance
+    row): the entry as written, with the balance after it; None, nothing changed."""
+    dialect = session.get_bind().dialect.name
+    statement = _POST_POSTGRESQL if dialect == "postgresql" else _POST_SQLITE
     row = {
         "project_id": entry.project_id,
         "lease_id": entry.lease_id,
         "kind": entry.kind,
         "amount_cents": entry.amount_cents,
         "encumbered_cents": entry.encumbered_cents,
-        "balance_cents": balance_cents,
         "actor": entry.actor,
         "at": entry.at,
         "note": entry.note,
     }
-    ((new_id,),) = raw.rows(session, _APPEND, row)
-    return Written(int(new_id), entry, balance_cents)
+    found = raw.rows(session, statement, row)
+    if not found:
+        return None
+    ((new_id, after),) = found
+    return Written(int(new_id), entry, int(after))
 
 
 def encumbered(session: Session, lease_id: str) -> int | None:

@@ -94,7 +94,7 @@ class RefusedDemand(Base):
 
 class CreditBalance(Base):
     """A project's credits, in whole cents: what it may still encumber (docs/credits.md). Only
-    ever changed by one conditional ``UPDATE`` (``db/credits.py``), never below zero."""
+    ever changed with a ledger entry (``db/credits.post``), never below zero."""
 
     __tablename__ = "credit_balances"
     project_id: Mapped[str] = mapped_column(String(255), primary_key=True)

@@ -194,8 +194,10 @@ def encumber(
     if delta == 0:
         return
     project = lease.project_id
-    after = credit_rows.move(session, project, -delta)
-    if after is None:
+    kind = ENCUMBER if held == 0 and step != admission.UPDATE else ADJUST
+    entry = credit_rows.Entry(project, lease.id, kind, -delta, delta, _name(actor), now, step)
+    written = credit_rows.post(session, entry)
+    if written is None:
         have = credit_rows.balance(session, project) or 0
         refused = NotEnoughCredits(
             project,
@@ -209,9 +211,7 @@ def encumber(
                 lambda: _record_refusal(ctx, actor, project, detail)
             )
         raise refused
-    kind = ENCUMBER if held == 0 and step != admission.UPDATE else ADJUST
-    entry = credit_rows.Entry(project, lease.id, kind, -delta, delta, _name(actor), now, step)
-    record(ctx, session, credit_rows.append(session, entry, after))
+    record(ctx, session, written)
 
 
 def settle(
@@ -227,16 +227,16 @@ def settle(
         return
     charged = min(pricing.cents(quote(ctx, session, lease, now)), held)
     project, name = lease.project_id, _name(actor)
-    balance = credit_rows.balance(session, project)
-    assert balance is not None  # it was debited when the lease was encumbered
-    entry = credit_rows.Entry(project, lease.id, SETTLE, 0, -charged, name, now)
-    record(ctx, session, credit_rows.append(session, entry, balance))
+    entries = [credit_rows.Entry(project, lease.id, SETTLE, 0, -charged, name, now)]
     rest = held - charged
     if rest:
-        after = credit_rows.move(session, project, rest)
-        assert after is not None  # a credit never takes a balance below zero
-        entry = credit_rows.Entry(project, lease.id, REFUND, rest, -rest, name, now)
-        record(ctx, session, credit_rows.append(session, entry, after))
+        entries.append(credit_rows.Entry(project, lease.id, REFUND, rest, -rest, name, now))
+    for entry in entries:
+        written = credit_rows.post(session, entry)
+        # Its balance has a row (it was debited when the lease was encumbered), and neither
+        # entry takes anything from it.
+        assert written is not None
+        record(ctx, session, written)
 
 
 def grant(
@@ -251,13 +251,12 @@ def grant(
     """Add ``amount`` (negative: take it away) to the project's balance; None when that would
     take the balance below zero (nothing changed)."""
     credit_rows.open_account(session, project_id)
-    delta = pricing.cents(amount)
-    after = credit_rows.move(session, project_id, delta)
-    if after is None:
-        return None
-    entry = credit_rows.Entry(project_id, None, GRANT, delta, 0, _name(actor), now, note)
-    written = credit_rows.append(session, entry, after)
-    record(ctx, session, written)
+    entry = credit_rows.Entry(
+        project_id, None, GRANT, pricing.cents(amount), 0, _name(actor), now, note
+    )
+    written = credit_rows.post(session, entry)
+    if written is not None:
+        record(ctx, session, written)
     return written
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
+from typing import NamedTuple
 
 from climate.errors import InvalidInput
 
@@ -35,6 +36,9 @@ UNITS: dict[str, str] = {
 }
 """The resource types a price can be set for, and the unit their hours are counted in."""
 CENT = Decimal("0.01")
+_EXACT = Context(prec=80)
+"""Exact for the products a quote sums (its methods, not a local context: a quote runs at every
+admission)."""
 _FREE, _ONE = Decimal(0), Decimal(1)
 _RULE = re.compile(r"^(?P<type>[a-z_:]+)(?:\[(?P<name>[^=\]]+)=(?P<value>[^\]]*)\])?$")
 
@@ -120,10 +124,9 @@ def hours(unit_seconds: int) -> Decimal:
     return (Decimal(unit_seconds) / 3600).quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN)
 
 
-@dataclass(frozen=True)
-class Use:
+class Use(NamedTuple):
     """``units`` of one resource of ``resource_type`` (a type of ``UNITS``) with these
-    properties, held for ``microseconds``."""
+    properties, held for ``microseconds`` (a tuple: every quote builds one per allocation)."""
 
     resource_type: str
     properties: Mapping[str, str]
@@ -151,15 +154,17 @@ def quote(table: PriceTable, factor_name: str, uses: Iterable[Use]) -> Decimal:
     """What ``uses`` cost: the sum over them of unit-hours x the table's rate x the resource's
     factor (property ``factor_name``), computed exactly and rounded once, to the cent (half to
     even). Rounding once makes the quote monotone in time: a use cut short never costs more."""
-    with localcontext() as exact:
-        exact.prec = 80
-        total = Decimal(0)
-        for use in uses:
-            rate = table.price(use.resource_type, use.properties)
-            if rate and use.microseconds > 0:
-                weight = factor(use.properties, factor_name)
-                total += rate * weight * use.units * use.microseconds
-        return (total / MICROSECONDS_PER_HOUR).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    multiply, add = _EXACT.multiply, _EXACT.add
+    total = _FREE
+    for use in uses:
+        rate = table.price(use.resource_type, use.properties)
+        if rate and use.microseconds > 0:
+            weight = factor(use.properties, factor_name)
+            total = add(
+                total, multiply(multiply(multiply(rate, weight), use.units), use.microseconds)
+            )
+    hours = _EXACT.divide(total, MICROSECONDS_PER_HOUR)
+    return hours.quantize(CENT, rounding=ROUND_HALF_EVEN, context=_EXACT)
 
 
 def cents(amount: Decimal) -> int:

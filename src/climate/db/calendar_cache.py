@@ -466,4 +466,9 @@ class CalendarCache:
                 continue  # its lease is not to be found: stays unfiled
             # Filed, or it holds nothing (noted again if it gets spans back).
             self._unfiled.discard(reservation_id)
-        return not self._unfiled
+        if self._unfiled:
+            return False
+        # A set keeps the table of its largest size: once a load filed every reservation, each
+        # admission's walk of the one it files would step through thousands of empty slots.
+        self._unfiled.clear()
+        return True

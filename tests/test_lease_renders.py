@@ -8,9 +8,11 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -48,16 +50,24 @@ def revisions(db: Database) -> dict[str, int]:
         return {str(lease_id): int(revision) for lease_id, revision in rows.all()}
 
 
-def test_a_listing_renders_only_the_leases_that_changed(
-    sqlite_url: str, clock: ManualClock
-) -> None:
+@pytest.fixture
+def two(sqlite_url: str, clock: ManualClock) -> Iterator[tuple[Database, LeaseService, str, str]]:
+    """Two hosts with a lease of Alice's and one of Bob's: the database, the leases, their ids."""
     db = Database(sqlite_url)
     ctx = build_context(load_settings(env={}), db, clock)
+    for name in ("node-1", "node-2"):
+        HostService(ctx).create(ADMIN, name, {"vcpus": 8})
     leases = LeaseService(ctx)
-    HostService(ctx).create(ADMIN, "node-1", {"vcpus": 8})
-    HostService(ctx).create(ADMIN, "node-2", {"vcpus": 8})
-    first = leases.create(ALICE, host_request("first", T0 + HOUR, T0 + 2 * HOUR))
-    second = leases.create(BOB, host_request("second", T0 + HOUR, T0 + 2 * HOUR))
+    mine = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR)).id
+    theirs = leases.create(BOB, host_request("theirs", T0 + HOUR, T0 + 2 * HOUR)).id
+    yield db, leases, mine, theirs
+    db.dispose()
+
+
+def test_a_listing_renders_only_the_leases_that_changed(
+    two: tuple[Database, LeaseService, str, str],
+) -> None:
+    db, leases, mine, theirs = two
     renders = Renders()
     assert through(renders, leases) == fresh(leases)
     loaded: list[str] = []
@@ -71,13 +81,12 @@ def test_a_listing_renders_only_the_leases_that_changed(
     assert renders.body(leases.list_revised(ADMIN, kept)) == fresh(leases)
     assert loaded == []  # nothing changed: nothing loaded
     before = revisions(db)
-    leases.update(ALICE, first.id, LeaseChanges(name="renamed"))
+    leases.update(ALICE, mine, LeaseChanges(name="renamed"))
     after = revisions(db)
-    assert after[first.id] > before[first.id] and after[second.id] == before[second.id]
+    assert after[mine] > before[mine] and after[theirs] == before[theirs]
     body = renders.body(leases.list_revised(ADMIN, kept))
-    assert loaded == [first.id]
+    assert loaded == [mine]
     assert body == fresh(leases) and b'"name":"renamed"' in body
-    db.dispose()
 
 
 def test_a_waiting_lease_is_shown_with_its_new_place_when_one_ahead_leaves_the_queue(
@@ -102,16 +111,10 @@ def test_a_waiting_lease_is_shown_with_its_new_place_when_one_ahead_leaves_the_q
 
 
 def test_every_write_to_a_lease_or_its_rows_moves_its_revision_and_no_other(
-    sqlite_url: str, clock: ManualClock
+    two: tuple[Database, LeaseService, str, str],
 ) -> None:
-    db = Database(sqlite_url)
-    ctx = build_context(load_settings(env={}), db, clock)
-    HostService(ctx).create(ADMIN, "node-1", {"vcpus": 8})
-    HostService(ctx).create(ADMIN, "node-2", {"vcpus": 8})
-    leases = LeaseService(ctx)
-    mine = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
-    theirs = leases.create(BOB, host_request("theirs", T0 + HOUR, T0 + 2 * HOUR))
-    assert set(revisions(db)) == {mine.id, theirs.id}
+    db, _, mine, theirs = two
+    assert set(revisions(db)) == {mine, theirs}
     writes = {
         "reservations": "UPDATE reservations SET status = status WHERE lease_id = :l",
         "events": "UPDATE events SET attempts = attempts + 1 WHERE lease_id = :l",
@@ -122,16 +125,15 @@ def test_every_write_to_a_lease_or_its_rows_moves_its_revision_and_no_other(
     for what, statement in writes.items():
         before = revisions(db)
         with db.transaction() as session:
-            session.execute(text(statement), {"l": mine.id})
+            session.execute(text(statement), {"l": mine})
         after = revisions(db)
-        assert after[mine.id] > before[mine.id], what
-        assert {k: v for k, v in after.items() if k != mine.id} == {
-            k: v for k, v in before.items() if k != mine.id
+        assert after[mine] > before[mine], what
+        assert {k: v for k, v in after.items() if k != mine} == {
+            k: v for k, v in before.items() if k != mine
         }, what
     with db.transaction(rollback=True) as session:  # a change rolled back moves nothing
-        session.execute(text(writes["leases"]), {"l": mine.id})
-    assert revisions(db)[mine.id] == after[mine.id]
-    db.dispose()
+        session.execute(text(writes["leases"]), {"l": mine})
+    assert revisions(db)[mine] == after[mine]
 
 
 def test_postgresql_counts_no_revision_and_renders_every_lease(

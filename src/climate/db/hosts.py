@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Select, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
@@ -79,13 +80,7 @@ def list_all(
     descending: bool = False,
 ) -> Sequence[Host]:
     """Hosts in (``sort_key``, id) order, the ``limit`` after ``marker`` if given."""
-    column = getattr(Host, sort_key)
-    query = select(Host).order_by(*keyset_order(column, Host.id, descending))
-    if marker is not None:
-        query = query.where(
-            after_marker(column, Host.id, getattr(marker, sort_key), marker.id, descending)
-        )
-    return session.scalars(query.limit(limit)).all()
+    return session.scalars(_page(select(Host), limit, marker, sort_key, descending)).all()
 
 
 def ids(
@@ -97,13 +92,19 @@ def ids(
     descending: bool = False,
 ) -> list[int]:
     """``list_all``'s hosts, their ids alone (no host loaded)."""
+    return list(session.scalars(_page(select(Host.id), limit, marker, sort_key, descending)))
+
+
+def _page(
+    query: Select[Any], limit: int | None, marker: Host | None, sort_key: str, descending: bool
+) -> Select[Any]:
     column = getattr(Host, sort_key)
-    query = select(Host.id).order_by(*keyset_order(column, Host.id, descending))
+    query = query.order_by(*keyset_order(column, Host.id, descending))
     if marker is not None:
         query = query.where(
             after_marker(column, Host.id, getattr(marker, sort_key), marker.id, descending)
         )
-    return list(session.scalars(query.limit(limit)))
+    return query.limit(limit)
 
 
 def add(session: Session, host: Host) -> Host:

@@ -8,7 +8,7 @@ from typing import Any
 from climate import wire
 from climate.domain.admission import AdmissionRefused
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, ReservationRequest
+from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN
 
 
@@ -16,6 +16,16 @@ def refusal_body(error: BaseException) -> dict[str, Any]:
     """What the API adds to the error body of ``error``, an explained refusal."""
     assert isinstance(error, AdmissionRefused)
     return wire.refused(error.refused)
+
+
+def nothing_kept(lease_id: str, revision: int, place: int | None) -> bytes | None:
+    """A caller of ``list_revised`` or ``get_revised`` that keeps no lease: all are loaded."""
+    return None
+
+
+def queue_places(leases: LeaseService) -> dict[str, int]:
+    """Each waiting lease's place in the queue, as a listing shows it."""
+    return {x.id: x.place for x in leases.list_revised(ADMIN, nothing_kept) if x.place}
 
 
 def add_hosts(hosts: HostService, count: int, **props: Any) -> list[int]:

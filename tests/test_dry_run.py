@@ -23,7 +23,7 @@ from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from tests.conftest import ADMIN, ALICE, BOB, T0, LiveServer
-from tests.helpers import add_hosts, host_request, hosts_of, refusal_body
+from tests.helpers import add_hosts, host_request, hosts_of, queue_places, refusal_body
 
 HOUR = dt.timedelta(hours=1)
 MINUTE = dt.timedelta(minutes=1)
@@ -164,7 +164,7 @@ def test_a_dry_run_of_a_waiting_type_that_does_not_fit_answers_where_it_would_wa
     assert everything(ctx) == before
     assert calendar(ctx, ids) == cached
     assert woken == []
-    assert leases.queue_positions() == {queued.id: 1}
+    assert queue_places(leases) == {queued.id: 1}
 
 
 # -- over HTTP -----------------------------------------------------------------------------------

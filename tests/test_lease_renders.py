@@ -6,6 +6,7 @@ happened to the leases in between."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,27 +18,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from climate import wire
 from climate.api.lease_renders import Renders, encode
 from climate.backends.standalone import StandaloneBackend
 from climate.config import load_settings
 from climate.db.engine import Database
+from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseType
-from climate.errors import ClimateError
+from climate.errors import ClimateError, NotFound
 from climate.manager.service import Manager
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
 from tests.conftest import ADMIN, ALICE, BOB, T0
-from tests.helpers import host_request
+from tests.helpers import host_request, nothing_kept
 
 HOUR = dt.timedelta(hours=1)
 
 
 def fresh(leases: LeaseService) -> bytes:
     """The listing with nothing kept: every lease loaded and rendered."""
-    return Renders().body(leases.list_revised(ADMIN, lambda *_: None))
+    return Renders().body(leases.list_revised(ADMIN, nothing_kept))
 
 
 def through(renders: Renders, leases: LeaseService) -> bytes:
@@ -87,6 +90,42 @@ def test_a_listing_renders_only_the_leases_that_changed(
     body = renders.body(leases.list_revised(ADMIN, kept))
     assert loaded == [mine]
     assert body == fresh(leases) and b'"name":"renamed"' in body
+
+
+def shown(renders: Renders, leases: LeaseService, actor: Actor, lease_id: str) -> bytes:
+    return renders.one(leases.get_revised(actor, lease_id, renders.get))
+
+
+def test_a_lease_shown_alone_is_rendered_again_only_when_it_changed(
+    two: tuple[Database, LeaseService, str, str],
+) -> None:
+    _, leases, mine, theirs = two
+    renders = Renders()
+    first = shown(renders, leases, ALICE, mine)
+    afresh = leases.get_revised(ALICE, mine, nothing_kept)
+    assert afresh.lease is not None
+    assert json.loads(first) == wire.lease(leases.get(ALICE, mine))  # as the ORM's lease shows
+    assert leases.get_revised(ALICE, mine, renders.get).lease is None  # kept: not loaded
+    leases.update(ALICE, mine, LeaseChanges(name="renamed"))
+    again = leases.get_revised(ALICE, mine, renders.get)
+    assert again.kept is None and again.lease is not None  # changed: loaded again
+    assert json.loads(renders.one(again))["name"] == "renamed"
+    # Kept renders never show a lease to whom the policy hides it.
+    assert json.loads(shown(renders, leases, BOB, theirs))["id"] == theirs
+    with pytest.raises(NotFound):
+        shown(renders, leases, BOB, mine)
+    assert json.loads(shown(renders, leases, ADMIN, mine))["name"] == "renamed"
+
+
+def test_a_deleted_lease_is_not_shown_from_what_was_kept(
+    two: tuple[Database, LeaseService, str, str],
+) -> None:
+    _, leases, mine, _ = two
+    renders = Renders()
+    shown(renders, leases, ALICE, mine)
+    leases.delete(ALICE, mine)
+    with pytest.raises(NotFound):
+        shown(renders, leases, ALICE, mine)
 
 
 def test_a_waiting_lease_is_shown_with_its_new_place_when_one_ahead_leaves_the_queue(

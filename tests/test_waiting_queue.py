@@ -17,7 +17,7 @@ from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from tests.conftest import ADMIN, ALICE, BOB, T0
-from tests.helpers import add_hosts, host_request
+from tests.helpers import add_hosts, host_request, queue_places
 
 HOUR = dt.timedelta(hours=1)
 
@@ -51,7 +51,7 @@ def test_queue_order_is_priority_then_request_time_then_id(
     late = hunt(leases, "late")
     urgent = hunt(leases, "urgent", actor=ADMIN, priority=2)
     low = hunt(leases, "low", priority=-1)
-    assert leases.queue_positions() == {urgent: 1, early: 2, late: 3, low: 4}
+    assert queue_places(leases) == {urgent: 1, early: 2, late: 3, low: 4}
 
 
 def test_members_cannot_raise_their_priority(manager: Manager, leases: LeaseService) -> None:

@@ -59,13 +59,14 @@ class Renders:
 
     def body(self, shown: Sequence[Shown[bytes]]) -> bytes:
         """``{"leases": [...]}`` of a page, keeping each lease rendered here."""
-        parts = []
-        for lease in shown:
-            rendered = lease.kept
-            if rendered is None:
-                assert lease.lease is not None
-                rendered = encode(wire.lease(lease.lease, lease.place))
-                if lease.revision is not None:
-                    self.put(lease.id, lease.revision, lease.place, rendered)
-            parts.append(rendered)
-        return b'{"leases":[' + b",".join(parts) + b"]}"
+        return b'{"leases":[' + b",".join(self.one(lease) for lease in shown) + b"]}"
+
+    def one(self, lease: Shown[bytes]) -> bytes:
+        """The lease's JSON, kept if it was rendered here."""
+        if lease.kept is not None:
+            return lease.kept
+        assert lease.lease is not None
+        rendered = encode(wire.lease(lease.lease, lease.place))
+        if lease.revision is not None:
+            self.put(lease.id, lease.revision, lease.place, rendered)
+        return rendered

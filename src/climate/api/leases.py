@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -23,9 +22,6 @@ from climate.api.schemas.idle import (
 )
 from climate.api.schemas.lease_answers import LeaseAnswer, LeaseCreated, LeaseDryRun, Leases
 from climate.api.schemas.leases import LeaseCreate, LeaseUpdate
-from climate.domain.status import LeaseStatus
-from climate.domain.views import LeaseView
-from climate.services.leases import LeaseService
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
 
@@ -44,14 +40,6 @@ def list_leases(
         actor, renders.get, project_id=project_id, status=status, name=name, page=page
     )
     return Response(renders.body(shown), media_type="application/json")
-
-
-def _shown(service: LeaseService, leases: Sequence[LeaseView]) -> list[dict[str, Any]]:
-    """The leases on the wire, each waiting one with its place in the queue."""
-    places = {}
-    if any(lease.status == LeaseStatus.IN_PROGRESS for lease in leases):
-        places = service.queue_positions()
-    return [wire.lease(lease, places.get(lease.id)) for lease in leases]
 
 
 @router.post(
@@ -90,9 +78,10 @@ def create_lease(call: WriteDep, dry_run: str | None = None) -> JSONResponse:
 
 
 @router.get("/{lease_id}", responses=answers(200, LeaseAnswer, ONE))
-def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> JSONResponse:
-    [shown] = _shown(services.leases, [services.leases.get(actor, lease_id)])
-    return JSONResponse({"lease": shown})
+def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> Response:
+    renders = services.lease_renders
+    shown = services.leases.get_revised(actor, lease_id, renders.get)
+    return Response(b'{"lease":' + renders.one(shown) + b"}", media_type="application/json")
 
 
 @router.put(

@@ -176,7 +176,7 @@ def revisions(session: Session, asked: Asked) -> list[Listed] | None:
     """The leases ``live_page`` would load, in its order, each with its status and revision
     (``lease_revisions``; 0 without a row); None where the database does not count revisions
     (no trigger: PostgreSQL)."""
-    if not _counted(session):
+    if not counts(session):
         return None
     counted = func.coalesce(_REVISIONS.revision, 0)
     query = select(_LEASES.id, _LEASES.status, counted).outerjoin_from(
@@ -184,6 +184,31 @@ def revisions(session: Session, asked: Asked) -> list[Listed] | None:
     )
     query = _page(query, asked)
     return [Listed._make(row) for row in session.execute(query.limit(asked.limit))]
+
+
+class Owned(NamedTuple):
+    """A lease as ``revision_of`` finds it."""
+
+    id: str
+    status: str
+    revision: int
+    project_id: str
+    user_id: str
+
+
+def revision_of(session: Session, lease_id: str, project_id: str | None = None) -> Owned | None:
+    """Live lease ``lease_id`` (of ``project_id`` if given) with its status, revision and owners;
+    None when it is not found. Only where the database counts revisions (``counts``)."""
+    counted = func.coalesce(_REVISIONS.revision, 0)
+    query = (
+        select(_LEASES.id, _LEASES.status, counted, _LEASES.project_id, _LEASES.user_id)
+        .outerjoin_from(table_of(Lease), table_of(LeaseRevision), _REVISIONS.lease_id == _LEASES.id)
+        .where(_LEASES.id == lease_id, _LEASES.deleted_at.is_(None))
+    )
+    if project_id is not None:
+        query = query.where(_LEASES.project_id == project_id)
+    found = session.execute(query).first()
+    return None if found is None else Owned._make(found)
 
 
 def by_ids(session: Session, ids: Collection[str]) -> dict[str, LeaseRecord]:
@@ -194,7 +219,7 @@ def by_ids(session: Session, ids: Collection[str]) -> dict[str, LeaseRecord]:
     return {lease.id: lease for lease in _complete(session, rows)}
 
 
-def _counted(session: Session) -> bool:
+def counts(session: Session) -> bool:
     """Whether the database counts lease revisions (SQLite's triggers, migration 0023), asked
     once per engine."""
     engine = session.get_bind()

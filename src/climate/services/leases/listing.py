@@ -24,6 +24,7 @@ from climate.db import leases as lease_rows
 from climate.domain.actor import Actor
 from climate.domain.status import LeaseStatus
 from climate.domain.views import LeaseView
+from climate.errors import NotFound
 from climate.services.leases.base import LeaseBase
 
 T = TypeVar("T")
@@ -80,6 +81,32 @@ class Listing(LeaseBase):
             x if x.kept is not None else Shown(x.id, x.revision, x.place, None, loaded[x.id])
             for x in shown
         ]
+
+    def get_revised(
+        self, actor: Actor, lease_id: str, kept: Callable[[str, int, int | None], T | None]
+    ) -> Shown[T]:
+        """``get``'s lease with its queue place, not loaded if ``kept(id, revision, place)``
+        answers for it.
+
+        :raises NotFound: no such live lease, or another project's.
+        :raises Forbidden: the policy does not let the caller see it.
+        """
+        with self.ctx.db.reader() as session:
+            if not lease_views.counts(session):
+                lease = self._load(session, actor, lease_id, "blazar:leases:get")
+                places = _places(session, [lease.status])
+                return Shown(lease.id, None, places.get(lease.id), None, lease)
+            found = lease_views.revision_of(session, lease_id, self.ctx.policy.scope(actor))
+            if found is None:
+                raise NotFound("Lease", lease_id)
+            owners = {"project_id": found.project_id, "user_id": found.user_id}
+            self.ctx.policy.enforce(actor, "blazar:leases:get", owners)
+            place = _places(session, [found.status]).get(found.id)
+            rendered = kept(found.id, found.revision, place)
+            if rendered is not None:
+                return Shown(found.id, found.revision, place, rendered, None)
+            record = lease_views.by_ids(session, [found.id])[found.id]
+        return Shown(found.id, found.revision, place, None, record)
 
 
 def _places(session: Session, statuses: Iterable[str]) -> dict[str, int]:

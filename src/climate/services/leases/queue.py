@@ -24,11 +24,6 @@ from climate.services.leases.holds import Holds
 class Queue(Holds):
     """Serving the waiting queue (holds lapse first: they free capacity)."""
 
-    def queue_positions(self) -> dict[str, int]:
-        """Each waiting lease's place in the queue, from 1, across every project."""
-        with self.ctx.db.reader() as session:
-            return lease_rows.queue_places(session)
-
     def serve_queue(self, capacity_changed: bool) -> int:
         """Lapse expired holds, time out best-effort leases past their deadline, then try to
         admit the waiting leases in queue order (docs/lease-types.md), each in its own

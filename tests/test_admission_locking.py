@@ -16,11 +16,12 @@ from sqlalchemy import text
 
 from climate.config import Settings
 from climate.db import allocations, locking
+from climate.db import hosts as host_rows
 from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK, Database
 from climate.db.leases import EVENTS_CHANNEL
 from climate.domain.clock import ManualClock
-from climate.errors import NotEnoughCapacity, UsageRuleBroken
+from climate.errors import Conflict, NotEnoughCapacity, UsageRuleBroken
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
@@ -332,4 +333,66 @@ def test_late_binding_is_searched_beside_other_admissions_and_applied_alone(
     with pytest.raises(NotEnoughCapacity):
         leases.create(BOB, host_request("in-a-too", *window, resource_properties=IN_A))
     assert alone == ["exclusive"]
+    assert _overlaps(first) == 0
+
+
+def _missing_every_change(monkeypatch: pytest.MonkeyPatch, *, on_reload_too: bool) -> None:
+    """This process's calendars read no other process's change from the log (and, with
+    ``on_reload_too``, none of the hosts' allocations when loaded whole): a calendar that
+    missed a commit, which only the database's exclusion constraint then catches."""
+    monkeypatch.setattr(allocations, "changes_since", lambda _session, _version: set())
+    if on_reload_too:
+        monkeypatch.setattr(host_rows, "spans_since", lambda _session, _since: [])
+
+
+def test_a_booking_a_calendar_missed_is_refused_by_the_database_and_judged_on_a_reloaded_one(
+    two_processes: tuple[ServiceContext, ServiceContext],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The second process believes host 1 free: the shared mode books it and the database
+    refuses; alone, on the same calendar, it is refused again; alone once more, on a calendar
+    loaded whole from the database, the request is refused for want of hosts, as it should be,
+    instead of failing with the database's error."""
+    first, second = two_processes
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    LeaseService(second).create(BOB, host_request("warm", T0 + 5 * HOUR, T0 + 6 * HOUR))
+    assert hosts_of(
+        LeaseService(first).create(ALICE, host_request("a", *window, resource_properties=IN_A))
+    ) == {1}
+    _missing_every_change(monkeypatch, on_reload_too=False)
+    with caplog.at_level(logging.WARNING, "climate.db.calendar_cache"):
+        with pytest.raises(NotEnoughCapacity) as refused:
+            LeaseService(second).create(BOB, host_request("b", *window, resource_properties=IN_A))
+    assert str(refused.value).startswith("not enough hosts: 1 host(s) requested")
+    assert caplog.messages == ["hosts calendar missed a committed booking of [1]: loading it again"]
+    assert _overlaps(first) == 0
+    # The reloaded calendar shows the first lease's host from here on; the other host is free.
+    anywhere = LeaseService(second).create(BOB, host_request("c", *window))
+    assert hosts_of(anywhere) == {2}
+    assert _overlaps(first) == 0
+
+
+def test_a_booking_the_database_keeps_refusing_is_a_conflict_naming_the_host(
+    two_processes: tuple[ServiceContext, ServiceContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bounded: three tries (shared, alone, alone on a calendar loaded again), then 409."""
+    first, second = two_processes
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    LeaseService(second).create(BOB, host_request("warm", T0 + 5 * HOUR, T0 + 6 * HOUR))
+    LeaseService(first).create(ALICE, host_request("a", *window, resource_properties=IN_A))
+    _missing_every_change(monkeypatch, on_reload_too=True)
+    tries: list[bool] = []
+    transaction = second.db.transaction
+
+    def counted(**kwargs: Any) -> Any:
+        tries.append(kwargs["shared"])
+        return transaction(**kwargs)
+
+    monkeypatch.setattr(second.db, "transaction", counted)
+    with pytest.raises(Conflict) as refused:
+        LeaseService(second).create(BOB, host_request("b", *window, resource_properties=IN_A))
+    assert type(refused.value) is Conflict
+    assert "hosts [1]" in str(refused.value) and "exclusion constraint" in str(refused.value)
+    assert tries == [True, False, False]
     assert _overlaps(first) == 0

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import math
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
@@ -33,9 +35,11 @@ from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
 from climate.db import locking
-from climate.db.engine import CHANGED, Database
+from climate.db.engine import CHANGED, Database, overlap_refused
 from climate.planner.calendar import Calendar, FloatArray, HostSet, IntArray, Span, seconds
 from climate.planner.hosts import HostsView
+
+LOG = logging.getLogger(__name__)
 
 # Allocations that ended this long before the cache was loaded are left out of it.
 HISTORY = dt.timedelta(days=30)
@@ -320,21 +324,41 @@ class CalendarCache:
         database and here (``fresh``: it holds nothing yet); returns the new allocations.
 
         :raises locking.Contended: a shared admission (``db/locking.py``) chose a resource
-            another transaction holds.
+            another transaction holds, or the database refused an overlap (PostgreSQL's
+            exclusion constraint): the caller admits again, alone, on a calendar caught up.
         """
         self.sync(session)
         if Database.shares(session) and not locking.try_resources(
             session, self._store.name, host_ids
         ):
             raise locking.Contended(f"{self._store.name} {sorted(host_ids)}: booked meanwhile")
-        rows = list(
-            self._store.replace(
-                session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+        try:
+            rows = list(
+                self._store.replace(
+                    session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+                )
             )
-        )
+        except IntegrityError as error:
+            if not overlap_refused(error):
+                raise
+            self._overlap_refused(session, host_ids)
+            refused = f"{self._store.name} {sorted(host_ids)}: {error.orig}"
+            raise locking.Contended(refused) from error
         new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
         self._swap(session, reservation_id, new, lease_id=lease_id)
         return rows
+
+    def _overlap_refused(self, session: Session, ids: Sequence[int]) -> None:
+        """The database's exclusion constraint refused this transaction's booking of ``ids``. In
+        the shared mode another admission committed one of them after the sync: the exclusive
+        mode catches up on it. In the exclusive mode this calendar missed a committed change:
+        it is loaded again from the database once the transaction has rolled back."""
+        if Database.shares(session):
+            return
+        LOG.warning(
+            "%s calendar missed a committed booking of %s: loading it again", self._store.name, ids
+        )
+        self._on(session, "on_rollback", lambda: self._set_version(None))
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
         """End the reservation's allocations at ``at``, in the database and here."""

@@ -13,7 +13,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import bindparam, create_engine, event, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -55,6 +55,12 @@ _R = TypeVar("_R")
 
 def _sqlstate(error: DBAPIError) -> str | None:
     return getattr(error.orig, "sqlstate", None)
+
+
+def overlap_refused(error: DBAPIError) -> bool:
+    """Whether PostgreSQL refused ``error``'s statement for an exclusion constraint: an
+    allocation overlapping another on the same resource."""
+    return _sqlstate(error) == EXCLUSION_VIOLATION
 
 
 def retry_transient(use_case: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -107,9 +113,7 @@ class Database:
         each locking the resources it books. The lock's version is then taken just before
         commit, numbering commits in their order (``session.info["lock_version"]`` from then
         on), with the changes of the reservations in ``session.info[CHANGED]`` logged under it
-        for other processes' calendars (``allocation_changes``), and an overlap the
-        exclusion constraint finds, another process having booked a resource first, raises
-        ``Contended``: the caller runs the block again alone.
+        for other processes' calendars (``allocation_changes``).
 
         The lock is taken first thing, which on SQLite makes the transaction a writer from its
         first statement (so it never has to upgrade a stale read snapshot) and on PostgreSQL holds
@@ -143,11 +147,6 @@ class Database:
                             session.rollback()
                         elif session.info.get(_SHARED):
                             self._number_commit(session)
-                except IntegrityError as error:
-                    _undo(session)
-                    if session.info.get(_SHARED) and _sqlstate(error) == EXCLUSION_VIOLATION:
-                        raise locking.Contended(str(error.orig)) from error
-                    raise
                 except BaseException:
                     _undo(session)  # the commit failed
                     raise

@@ -22,7 +22,7 @@ from climate.context import ServiceContext
 from climate.db.locking import Contended
 from climate.db.tables import Reservation
 from climate.domain.admission import Admitted, Refused
-from climate.errors import NotEnoughCapacity, UsageRuleBroken
+from climate.errors import Conflict, NotEnoughCapacity, UsageRuleBroken
 
 T = TypeVar("T")
 LOG = logging.getLogger(__name__)
@@ -66,16 +66,24 @@ def attempt(
     is tried in the admission lock's shared mode first (``db/locking.py``), beside other such
     admissions; if it needs more (another transaction took a resource it chose, or only
     moving other leases would make room), it runs again alone.
+
+    The database stays the final guard: alone, a booking it refuses (a calendar that missed a
+    change) runs once more on a calendar loaded again, then is a ``Conflict``.
+
+    :raises Conflict: the database refused the booking however the calendar was read.
     """
-    for alone in (False, True) if shared else (True,):
+    modes = (False, True, True) if shared else (True, True)
+    for tried, alone in enumerate(modes, 1):
         try:
             with ctx.db.transaction(lock=lock, rollback=rollback, shared=not alone) as session:
                 written = write(session)
         except Contended as contended:
+            if tried == len(modes):
+                raise Conflict(f"the booking kept meeting another: {contended}") from contended
             LOG.debug("admitting alone: %s", contended)
             continue
         except NotEnoughCapacity as refused:
             broken = refused if isinstance(refused, UsageRuleBroken) else None
             return Refused(str(refused), broken)
         return Admitted(written)
-    raise AssertionError("the exclusive mode is never contended")
+    raise AssertionError("unreachable: the last mode returns or raises")

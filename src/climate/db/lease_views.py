@@ -178,11 +178,7 @@ def revisions(session: Session, asked: Asked) -> list[Listed] | None:
     (no trigger: PostgreSQL)."""
     if not counts(session):
         return None
-    counted = func.coalesce(_REVISIONS.revision, 0)
-    query = select(_LEASES.id, _LEASES.status, counted).outerjoin_from(
-        table_of(Lease), table_of(LeaseRevision), _REVISIONS.lease_id == _LEASES.id
-    )
-    query = _page(query, asked)
+    query = _page(_revised(), asked)
     return [Listed._make(row) for row in session.execute(query.limit(asked.limit))]
 
 
@@ -199,11 +195,8 @@ class Owned(NamedTuple):
 def revision_of(session: Session, lease_id: str, project_id: str | None = None) -> Owned | None:
     """Live lease ``lease_id`` (of ``project_id`` if given) with its status, revision and owners;
     None when it is not found. Only where the database counts revisions (``counts``)."""
-    counted = func.coalesce(_REVISIONS.revision, 0)
-    query = (
-        select(_LEASES.id, _LEASES.status, counted, _LEASES.project_id, _LEASES.user_id)
-        .outerjoin_from(table_of(Lease), table_of(LeaseRevision), _REVISIONS.lease_id == _LEASES.id)
-        .where(_LEASES.id == lease_id, _LEASES.deleted_at.is_(None))
+    query = _revised(_LEASES.project_id, _LEASES.user_id).where(
+        _LEASES.id == lease_id, _LEASES.deleted_at.is_(None)
     )
     if project_id is not None:
         query = query.where(_LEASES.project_id == project_id)
@@ -233,6 +226,14 @@ def counts(session: Session) -> bool:
         )
         _COUNTED[engine] = counted
     return counted
+
+
+def _revised(*more: Any) -> Select[Any]:
+    """Leases' ids, statuses and revisions (0 without a row), then ``more`` of their columns."""
+    counted = func.coalesce(_REVISIONS.revision, 0)
+    return select(_LEASES.id, _LEASES.status, counted, *more).outerjoin_from(
+        table_of(Lease), table_of(LeaseRevision), _REVISIONS.lease_id == _LEASES.id
+    )
 
 
 def _page(query: Select[Any], asked: Asked) -> Select[Any]:

@@ -101,3 +101,20 @@ def test_a_disposed_database_used_again_checkpoints_again(db: Database) -> None:
     db._checkpoints.join()
 
     assert _path(db).stat().st_size >= size + EVERY * BLOB
+
+
+def test_transactions_one_after_another_keep_to_the_connection_used_last(db: Database) -> None:
+    """SQLite drops a connection's page cache when another wrote since its last transaction:
+    with two connections in the pool (as once the checkpoint thread has taken one), the
+    transactions of one thread after another keep to one of them, not the two in turn."""
+
+    def connection(session: Any) -> int:
+        return id(session.connection().connection.driver_connection)
+
+    with db.reader() as first, db.reader() as second:
+        assert connection(first) != connection(second)
+    used = []
+    for _ in range(EVERY - 1):  # no checkpoint among them
+        with db.transaction() as session:
+            used.append(connection(session))
+    assert len(set(used)) == 1

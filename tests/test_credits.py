@@ -32,11 +32,12 @@ from climate.services.credits import CreditsService
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from tests.conftest import ADMIN, ALICE, BOB, T0
-from tests.helpers import host_request
+from tests.helpers import host_request, hosts_of
 
 HOUR = dt.timedelta(hours=1)
 PRICES = {"physical:host": "1.50", "physical:host[gpu=a100]": "4.00"}
 HOOK = "http://127.0.0.1:9/hook"
+GPU = '["==", "$gpu", "a100"]'
 
 
 @pytest.fixture
@@ -114,6 +115,36 @@ def test_the_quote_is_what_creation_encumbers_and_updates_adjust(world: ServiceC
     leases.delete(ALICE, lease.id)
     assert ledger_sums(world, "project-a") == (Decimal(100), Decimal(100), Decimal(0))
     assert kinds(world, "project-a")[-2:] == [("settle", "0", "9700"), ("refund", "3", "10000")]
+
+
+def test_a_lease_that_names_no_property_gets_the_cheapest_hosts_and_is_quoted_for_them(
+    priced: Settings, db: Database, clock: ManualClock
+) -> None:
+    """Host 1 has the GPU premium (4.00 an hour), host 2 weighs double (1.50 x su_factor 2),
+    host 3 is plain (1.50): a lease of any host is given the cheapest free ones, not the first
+    by id, so a balance that covers the cheapest hosts is enough, and the premium hosts stay
+    for those who ask for them."""
+    ctx = build_context(priced, db, clock)
+    hosts = HostService(ctx)
+    hosts.create(ADMIN, "gpu-1", {"gpu": "a100"})
+    hosts.create(ADMIN, "double-1", {"su_factor": "2"})
+    hosts.create(ADMIN, "plain-1", {})
+    leases, credits = LeaseService(ctx), CreditsService(ctx)
+    credits.grant(ADMIN, "project-a", Decimal("10"))
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    assert leases.dry_run(ALICE, host_request("any", *window)).quote == Decimal("3.00")
+    first = leases.create(ALICE, host_request("any", *window))
+    assert hosts_of(first) == {3}
+    second = leases.create(ALICE, host_request("then", *window))
+    assert hosts_of(second) == {2}  # 6.00, where the GPU host would cost 8.00
+    assert ledger_sums(ctx, "project-a") == (Decimal(1), Decimal(1), Decimal(9))
+    with pytest.raises(NotEnoughCredits):
+        leases.create(ALICE, host_request("last", *window))  # only the GPU host is left
+    credits.grant(ADMIN, "project-b", Decimal("10"))
+    both = leases.dry_run(BOB, host_request("two", T0 + 5 * HOUR, T0 + 6 * HOUR, 2))
+    assert hosts_of(both.lease) == {3, 2} and both.quote == Decimal("4.50")
+    gpu = leases.dry_run(BOB, host_request("gpu", *window, resource_properties=GPU))
+    assert hosts_of(gpu.lease) == {1}
 
 
 def test_an_update_the_balance_cannot_cover_is_refused_and_changes_nothing(

@@ -7,16 +7,18 @@ with the planner.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from climate.errors import NotEnoughCapacity
-from climate.planner.hosts import OPEN_GAP, HostCalendar, HostDemand, choose_hosts
+from climate.planner.hosts import OPEN_GAP, HostCalendar, HostDemand, HostsView, choose_hosts
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -215,6 +217,35 @@ def test_no_unchosen_free_host_fits_tighter_than_a_chosen_one(case: Case) -> Non
                 assert (case.fit(c), c) < (case.fit(u), u)
 
 
+PRICES = st.lists(st.sampled_from([0.0, 1.5, 4.0]), min_size=30, max_size=30)
+
+
+@PROPERTY_SETTINGS
+@given(cases(), PRICES)
+def test_with_prices_no_unchosen_free_host_is_cheaper_or_as_cheap_and_tighter(
+    case: Case, prices: list[float]
+) -> None:
+    """Where prices set hosts apart, the cheaper host goes first, then the tighter fit."""
+    view = HostsView.of(case.calendars(), at(case.start), at(case.end))
+    priced = dataclasses.replace(
+        view, price=np.array([prices[h - 1] for h in view.ids.tolist()], np.float64)
+    )
+    try:
+        chosen = choose_hosts(case.demand(), priced)
+    except NotEnoughCapacity:
+        assert case.should_refuse()
+        return
+    assert not case.should_refuse()
+    assert len(chosen) == min(case.max, len(case.free_ids()))
+    unchosen = case.free_ids() - set(chosen)
+    for c in chosen:
+        for u in unchosen:
+            assert case.rank(c) <= case.rank(u)
+            if case.rank(c) == case.rank(u):
+                mine, other = prices[c - 1], prices[u - 1]
+                assert (mine, case.fit(c), c) < (other, case.fit(u), u)
+
+
 @PROPERTY_SETTINGS
 @given(cases(), SEED)
 def test_choice_does_not_depend_on_calendar_order(case: Case, seed: int) -> None:
@@ -315,6 +346,19 @@ def test_best_fit_prefers_the_tightest_gap_then_the_lowest_id() -> None:
     ]
     assert choose_hosts(demand(10, 12, 1, 1), hosts) == [2]
     assert choose_hosts(demand(10, 12, 1, 3), hosts) == [2, 4, 3]
+
+
+def test_a_cheaper_host_goes_before_a_tighter_fit_and_equal_prices_fall_back_to_the_fit() -> None:
+    hosts = [
+        calendar(1, before=10, after=12),  # the tightest fit, premium
+        calendar(2),  # open on both sides
+        calendar(3, before=9, after=14),
+    ]
+    view = HostsView.of(hosts, at(10), at(12))
+    priced = dataclasses.replace(view, price=np.array([4.0, 1.5, 1.5]))
+    assert choose_hosts(demand(10, 12, 1, 1), view) == [1]
+    assert choose_hosts(demand(10, 12, 1, 1), priced) == [3]
+    assert choose_hosts(demand(10, 12, 1, 3), priced) == [3, 2, 1]
 
 
 def test_held_hosts_are_kept_even_with_a_looser_fit() -> None:

@@ -2,8 +2,10 @@
 
 Rule (documented in docs/planning.md): among the hosts that match the properties and are free for
 the whole window, grant as many as are free up to ``max`` (at least ``min``, else refuse), keeping
-hosts the reservation already holds first, then preferring the hosts whose free gap around the
-window is tightest (best fit in time), so that long free stretches stay whole for later requests.
+hosts the reservation already holds first, then preferring the cheapest hosts by the price table
+(where prices set hosts apart: a premium, a price factor), then the hosts whose free gap around
+the window is tightest (best fit in time), so that long free stretches stay whole for later
+requests.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class HostsView:
     """On busy hosts, the end of their last allocation in the window (seconds since the epoch)."""
     detail: Callable[[int], HostCalendar]
     """The calendar of the host at a position."""
+    price: npt.NDArray[np.float64] | None = None
+    """Each host's price per hour, where prices set the hosts apart (None: all alike): the
+    cheaper go first, before the tighter fit."""
 
     @classmethod
     def of(
@@ -95,12 +100,16 @@ class HostsView:
         return {int(self.ids[k]): self.detail(k).busy for k in np.flatnonzero(~self.free).tolist()}
 
     def best_fit(self, count: int, skip: Iterable[int]) -> list[int]:
-        """The ``count`` free hosts with the smallest (fit, id), leaving out positions ``skip``."""
+        """The ``count`` free hosts with the smallest (price, fit, id), leaving out positions
+        ``skip``."""
         if count <= 0:
             return []
         free = self.free.copy()
         free[list(skip)] = False
         found = np.flatnonzero(free)
+        if self.price is not None:
+            order = np.lexsort((self.ids[found], self.fit[found], self.price[found]))[:count]
+            return [int(h) for h in self.ids[found[order]]]
         if len(found) > count:
             fits = self.fit[found]
             worst = np.partition(fits, count - 1)[count - 1]
@@ -167,8 +176,19 @@ def choose_hosts(demand: HostDemand, calendars: HostsView | Iterable[HostCalenda
     if free < demand.min:
         raise NotEnoughCapacity(_refusal(demand, view, free))
     kept = [h for h in at if view.free[at[h]]]
+    price = view.price
+
+    def cost(h: int) -> float:
+        return 0.0 if price is None else float(price[at[h]])
+
     kept.sort(
-        key=lambda h: (h not in demand.must_keep, h not in demand.held, int(view.fit[at[h]]), h)
+        key=lambda h: (
+            h not in demand.must_keep,
+            h not in demand.held,
+            cost(h),
+            int(view.fit[at[h]]),
+            h,
+        )
     )
     chosen = kept[: demand.max]
     return chosen + view.best_fit(demand.max - len(chosen), at.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import threading
@@ -10,9 +11,12 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from climate import pricing
 from climate.config import Settings
 from climate.db import hosts as host_rows
 from climate.db import locking, repacking
@@ -29,7 +33,7 @@ from climate.planner.availability import (
     timeline,
 )
 from climate.planner.calendar import HostSet, moment
-from climate.planner.hosts import HostDemand, choose_hosts
+from climate.planner.hosts import HostDemand, HostsView, choose_hosts
 from climate.planner.query import parse_query
 from climate.planner.repack import Occupant, Repack, RepackDemand, Taken, plan
 from climate.resources.base import (
@@ -42,6 +46,7 @@ from climate.resources.base import (
 from climate.resources.capabilities import WholeHosts
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
 
+RESOURCE_TYPE = "physical:host"
 MAX_REMEMBERED_QUERIES = 1024
 FIELDS = (
     frozenset(
@@ -64,6 +69,10 @@ class Inventory:
         self._version = -1
         self._records: list[host_rows.HostRecord] = []
         self._matches: dict[tuple[str, str], HostSet] = {}
+        self._rates: dict[int, float] | None = None
+        self._prices: dict[tuple[str, str], npt.NDArray[np.float64] | None] = {}
+        self.table = pricing.PriceTable({}, {})
+        self.factor_property = ""
 
     def matching(
         self, session: Session, hypervisor_properties: str, resource_properties: str
@@ -88,6 +97,36 @@ class Inventory:
                 self._matches[key] = found
             return found
 
+    def prices(
+        self, session: Session, hypervisor_properties: str, resource_properties: str
+    ) -> npt.NDArray[np.float64] | None:
+        """The price per hour of each host ``matching`` gives for these queries, as a quote
+        prices it (the price table's premium or flat price, times the host's factor property),
+        in its order; None when they all cost the same (or nothing)."""
+        hosts = self.matching(session, hypervisor_properties, resource_properties)
+        key = (hypervisor_properties, resource_properties)
+        with self._lock:
+            if key not in self._prices:
+                rates = self._host_rates()
+                found = np.array([rates.get(h, 0.0) for h in hosts.ids.tolist()], np.float64)
+                self._prices[key] = None if np.all(found == found[:1]) else found
+            return self._prices[key]
+
+    def _host_rates(self) -> dict[int, float]:
+        # Called holding the lock, once per inventory version.
+        if self._rates is None:
+            rates: dict[int, float] = {}
+            for record in self._records:
+                extras = {
+                    k: str(v)
+                    for k, v in record.properties.items()
+                    if k not in host_rows.HOST_COLUMNS and v is not None
+                }
+                rate = self.table.price(RESOURCE_TYPE, extras)
+                rates[record.id] = float(rate * pricing.factor(extras, self.factor_property))
+            self._rates = rates
+        return self._rates
+
     def records(self, session: Session) -> list[host_rows.HostRecord]:
         """Every reservable host with its columns and extra properties."""
         version = host_rows.inventory_version(session)
@@ -98,7 +137,7 @@ class Inventory:
     def _refresh(self, session: Session, version: int) -> None:
         if version != self._version:
             self._records = host_rows.reservable_records(session, host_rows.HOST_COLUMNS)
-            self._matches = {}
+            self._matches, self._rates, self._prices = {}, None, {}
             self._version = version
 
 
@@ -107,7 +146,7 @@ HOLD_ATTEMPTS = 3
 
 
 class PhysicalHostType(ResourceType, WholeHosts):
-    name = "physical:host"
+    name = RESOURCE_TYPE
     books_per_resource = True
     before_end_actions = frozenset({"default", "notification"})
     end_policies = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT})
@@ -129,6 +168,8 @@ class PhysicalHostType(ResourceType, WholeHosts):
         description="min and max are required, directly or through count_range",
     )
 
+    inventory: Inventory
+
     def __init__(self) -> None:
         self.inventory = Inventory()
         self.calendar = CalendarCache()
@@ -136,6 +177,8 @@ class PhysicalHostType(ResourceType, WholeHosts):
 
     def configure(self, settings: Settings) -> None:
         self.reoptimise_seconds = settings.reoptimise_budget_ms / 1000
+        self.inventory.table = pricing.PriceTable.parse(settings.prices)
+        self.inventory.factor_property = settings.credits_factor_property
 
     def _reoptimise_deadline(self) -> float | None:
         """When re-optimisation gives up (it runs under the admission lock), None: never."""
@@ -191,7 +234,10 @@ class PhysicalHostType(ResourceType, WholeHosts):
             session, params["hypervisor_properties"], params["resource_properties"]
         )
         held = frozenset(current_hosts(reservation))
-        calendars = self.calendar.view(session, matching, start, end, [reservation.id])
+        price = self.inventory.prices(
+            session, params["hypervisor_properties"], params["resource_properties"]
+        )
+        calendars = self._view(session, matching, price, start, end, reservation.id)
         demand = HostDemand(
             start=start,
             end=end,
@@ -221,13 +267,25 @@ class PhysicalHostType(ResourceType, WholeHosts):
                 vacated = True
             if not self._repack(session, reservation, demand, matching, now, busy):
                 raise
-            calendars = self.calendar.view(session, matching, start, end, [reservation.id])
+            calendars = self._view(session, matching, price, start, end, reservation.id)
             chosen = choose_hosts(demand, calendars)
         allocations = self.calendar.replace(
             session, reservation.id, reservation.lease_id, chosen, start, end, fresh=vacated
         )
         # The reservation may not be in the session (a new lease is written with Core inserts).
         set_committed_value(reservation, "allocations", allocations)
+
+    def _view(
+        self,
+        session: Session,
+        matching: HostSet,
+        price: npt.NDArray[np.float64] | None,
+        start: dt.datetime,
+        end: dt.datetime,
+        reservation_id: str,
+    ) -> HostsView:
+        view = self.calendar.view(session, matching, start, end, [reservation_id])
+        return view if price is None else dataclasses.replace(view, price=price)
 
     def _repack(
         self,

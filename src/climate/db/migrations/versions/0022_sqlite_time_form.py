@@ -1,8 +1,10 @@
-"""SQLite: every stored time in one text form, with its microseconds ("2030-01-01 12:00:00.000000").
-Rows written below the ORM (``db/raw.py``) were stored without them when they were zero
-("2030-01-01 12:00:00"), and text order is time order only within one form: a time compared
-with itself in the other form came out earlier or later (an allocation cut at its start was
-kept, holding nothing). PostgreSQL stores times as times: nothing to do.
+"""SQLite: every stored time in one text form, with its microseconds.
+
+The form: "2030-01-01 12:00:00.000000". Rows written below the ORM (``db/raw.py``) were stored
+without them when they were zero ("2030-01-01 12:00:00"), and text order is time order only
+within one form: a time compared with itself in the other form came out earlier or later (an
+allocation cut at its start was kept, holding nothing). PostgreSQL stores times as times:
+nothing to do.
 
 Revision ID: 0022
 Revises: 0021

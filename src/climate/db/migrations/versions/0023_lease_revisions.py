@@ -1,4 +1,6 @@
-"""lease_revisions: how often each lease's rows changed (its own, its reservations', events' and
+"""lease_revisions: a revision per lease, moved by every write to its rows.
+
+How often each lease's rows changed (its own, its reservations', events' and
 allocations'), counted by triggers on SQLite, where writers are serialised; a listing renders
 again only the leases whose revision moved (``db/lease_views.py``). PostgreSQL gets the table
 and no trigger: row locks taken by a trigger would close lock cycles between writers that

@@ -1,7 +1,8 @@
-"""SQLite: a ledger entry adds its amount to its project's balance by trigger, so that posting
-an entry is one statement (``db/credits.post``: the insert reads the balance, only where it stays
-at or above zero; SQLite serialises writers). PostgreSQL posts with a data-modifying WITH and
-needs no trigger.
+"""SQLite: a ledger entry moves its project's balance by trigger.
+
+So posting an entry is one statement (``db/credits.post``: the insert reads the balance, only
+where it stays at or above zero; SQLite serialises writers). PostgreSQL posts with a
+data-modifying WITH and needs no trigger.
 
 Revision ID: 0024
 Revises: 0023

@@ -7,7 +7,8 @@ hold the same rows (three copies). The same admissions (one host, 1 to 4 hours, 
 days, owners in turn) are made on each through the service, in process, timed around
 ``LeaseService.create``: on one with no rule, on another with ten rules (every kind, budgets
 over 30 days and 7 days, a property-scoped GPU limit) that all admit them, on the third with
-the ten rules and credits on (a flat and a premium price, every project granted plenty). In
+the ten rules and credits on (every project granted plenty). All three have the same price
+table (a flat and a premium price), so all book the same hosts, the cheapest first. In
 turn, one on each, so all see the same machine. The figures are the differences of the
 medians against no rule.
 """
@@ -134,10 +135,13 @@ def run_rules(admissions: int = ADMISSIONS, seed: int = 42) -> dict[str, Any]:
         for name in VARIANTS:
             shutil.copy(seeded, Path(tmp) / f"{name}.db")
             copies[name] = Database(f"sqlite:///{Path(tmp) / f'{name}.db'}")
-        ruled = settings.model_copy(update={"usage_rules": RULES})
-        priced = ruled.model_copy(update={"prices": PRICES, "credits": True})
+        # Every variant has the price table, so every one books the same hosts (the cheapest
+        # first, docs/planning.md): only the rules and the credits check differ.
+        plain = settings.model_copy(update={"prices": PRICES})
+        ruled = plain.model_copy(update={"usage_rules": RULES})
+        priced = ruled.model_copy(update={"credits": True})
         contexts = {
-            "none": build_context(settings, copies["none"], ManualClock(now)),
+            "none": build_context(plain, copies["none"], ManualClock(now)),
             "rules": build_context(ruled, copies["rules"], ManualClock(now)),
             "credits": build_context(priced, copies["credits"], ManualClock(now)),
         }

@@ -13,7 +13,8 @@ side, each locking only what it chose, in a lock order that cannot close a cycle
 3. the owners the usage rules count (``owners``: project, then user, waiting, sorted);
 4. the ``locks`` row, last, only to number the commit (``Database`` does it before commit).
 
-The database stays the final guard: ``host_allocations`` has an exclusion constraint.
+The database stays the final guard: ``host_allocations`` has an exclusion constraint, whose
+refusal ``CalendarCache.replace`` raises as ``Contended`` (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -24,12 +24,14 @@ from climate.backends.base import Action, Replace, Result
 from climate.backends.faulty import InjectedFault
 from climate.backends.standalone import StandaloneBackend
 from climate.config import Settings, load_settings
+from climate.db.engine import Database
 from climate.db.records import AuditLog
 from climate.db.tables import Assignment, HostAllocation
 from climate.domain.clock import ManualClock
 from climate.errors import Forbidden, InvalidInput, NotEnoughCapacity, NotFound
 from climate.manager.service import Manager
 from climate.planner.hosts import HostsView, replacements
+from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
@@ -115,6 +117,24 @@ def test_a_host_down_moves_its_running_reservation_to_a_free_host_and_tells_the_
         actions = session.scalars(select(AuditLog.action).order_by(AuditLog.id)).all()
     assert sorted(held) == [(str(ids[0]), now), (str(new), None)]
     assert actions[-2:] == ["host.down", "lease.healed"]
+
+
+def test_a_priced_reservation_is_moved_to_the_cheapest_free_host_not_the_first_by_id(
+    settings: Settings, db: Database, clock: ManualClock
+) -> None:
+    """The GPU host (id 2) carries a premium: a plain lease that loses host 1 goes to host 3."""
+    priced = settings.model_copy(
+        update={"prices": {"physical:host": "1.50", "physical:host[gpu=a100]": "4.00"}}
+    )
+    ctx = build_context(priced, db, clock)
+    hosts, leases = HostService(ctx), LeaseService(ctx)
+    for name, extra in (("plain-1", {}), ("gpu-1", {"gpu": "a100"}), ("plain-2", {})):
+        hosts.create(ADMIN, name, extra)
+    soon = leases.create(ALICE, host_request("soon", T0 + 30 * MINUTE, T0 + 2 * HOUR))
+    assert allocations(ctx, soon.id) == [(1, T0 + 30 * MINUTE, T0 + 2 * HOUR)]
+    report = healing(ctx, StandaloneBackend()).mark_down(ADMIN, "1")
+    assert [s.new_host for s in report.healed] == [3]
+    assert allocations(ctx, soon.id) == [(3, T0 + 30 * MINUTE, T0 + 2 * HOUR)]
 
 
 def test_a_down_host_is_not_reservable(

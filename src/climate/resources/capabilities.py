@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -18,6 +18,7 @@ from climate.db.tables import Reservation
 from climate.planner.availability import Timeline
 from climate.planner.calendar import HostSet
 from climate.planner.capacity_search import AmountTimeline
+from climate.planner.hosts import HostsView
 from climate.planner.instances import HostRoom
 from climate.resources.base import ResourceType
 from climate.resources.item_inventory import ItemInventory
@@ -37,6 +38,19 @@ class WholeHosts(abc.ABC):
 
     inventory: HostMatching
     calendar: CalendarCache
+
+    @abc.abstractmethod
+    def view(
+        self,
+        session: Session,
+        params: Mapping[str, Any],
+        start: dt.datetime,
+        end: dt.datetime,
+        exclude: Sequence[str] = (),
+    ) -> HostsView:
+        """The planner's view of the hosts matching a reservation's ``params`` around
+        [start, end), leaving out the allocations of ``exclude``, each host priced where the
+        price table sets them apart (the cheapest are chosen first)."""
 
     @abc.abstractmethod
     def timeline(

@@ -234,10 +234,7 @@ class PhysicalHostType(ResourceType, WholeHosts):
             session, params["hypervisor_properties"], params["resource_properties"]
         )
         held = frozenset(current_hosts(reservation))
-        price = self.inventory.prices(
-            session, params["hypervisor_properties"], params["resource_properties"]
-        )
-        calendars = self._view(session, matching, price, start, end, reservation.id)
+        calendars = self.view(session, params, start, end, [reservation.id])
         demand = HostDemand(
             start=start,
             end=end,
@@ -267,7 +264,7 @@ class PhysicalHostType(ResourceType, WholeHosts):
                 vacated = True
             if not self._repack(session, reservation, demand, matching, now, busy):
                 raise
-            calendars = self._view(session, matching, price, start, end, reservation.id)
+            calendars = self.view(session, params, start, end, [reservation.id])
             chosen = choose_hosts(demand, calendars)
         allocations = self.calendar.replace(
             session, reservation.id, reservation.lease_id, chosen, start, end, fresh=vacated
@@ -275,16 +272,18 @@ class PhysicalHostType(ResourceType, WholeHosts):
         # The reservation may not be in the session (a new lease is written with Core inserts).
         set_committed_value(reservation, "allocations", allocations)
 
-    def _view(
+    def view(
         self,
         session: Session,
-        matching: HostSet,
-        price: npt.NDArray[np.float64] | None,
+        params: Mapping[str, Any],
         start: dt.datetime,
         end: dt.datetime,
-        reservation_id: str,
+        exclude: Sequence[str] = (),
     ) -> HostsView:
-        view = self.calendar.view(session, matching, start, end, [reservation_id])
+        queries = (params["hypervisor_properties"], params["resource_properties"])
+        matching = self.inventory.matching(session, *queries)
+        view = self.calendar.view(session, matching, start, end, exclude)
+        price = self.inventory.prices(session, *queries)
         return view if price is None else dataclasses.replace(view, price=price)
 
     def _repack(

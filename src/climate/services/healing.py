@@ -380,11 +380,7 @@ class HealingService:
     ) -> list[int]:
         if count <= 0 or end <= start:
             return []
-        params = reservation.params
-        matching = self._hosts.inventory.matching(
-            session, params["hypervisor_properties"], params["resource_properties"]
-        )
-        view = self._hosts.calendar.view(session, matching, start, end)
+        view = self._hosts.view(session, reservation.params, start, end)
         return replacements(view, count, unusable)
 
     def _hand_over(

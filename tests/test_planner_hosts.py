@@ -246,6 +246,36 @@ def test_with_prices_no_unchosen_free_host_is_cheaper_or_as_cheap_and_tighter(
                 assert (mine, case.fit(c), c) < (other, case.fit(u), u)
 
 
+VIEW_HOSTS = st.lists(
+    st.tuples(st.booleans(), st.integers(0, 4), st.sampled_from([0.0, 1.5, 4.0])),
+    max_size=40,
+)
+
+
+@PROPERTY_SETTINGS
+@given(VIEW_HOSTS, st.integers(1, 12), st.booleans(), SEED)
+def test_best_fit_takes_the_smallest_price_fit_and_id_as_a_full_sort_would(
+    hosts: list[tuple[bool, int, float]], count: int, priced: bool, seed: int
+) -> None:
+    ids = list(range(1, len(hosts) + 1))
+    random.Random(seed).shuffle(ids)  # positions and ids in no common order
+    view = HostsView(
+        ids=np.array(ids, np.int64),
+        names=[str(i) for i in ids],
+        free=np.array([free for free, _, _ in hosts], np.bool_),
+        fit=np.array([fit for _, fit, _ in hosts], np.int64),
+        released=np.zeros(len(hosts)),
+        detail=lambda k: calendar(ids[k]),
+        price=np.array([price for _, _, price in hosts], np.float64) if priced else None,
+    )
+    ranked = sorted(
+        (price if priced else 0.0, fit, host)
+        for host, (free, fit, price) in zip(ids, hosts, strict=True)
+        if free
+    )
+    assert view.best_fit(count, []) == [host for _, _, host in ranked[:count]]
+
+
 @PROPERTY_SETTINGS
 @given(cases(), SEED)
 def test_choice_does_not_depend_on_calendar_order(case: Case, seed: int) -> None:

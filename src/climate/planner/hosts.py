@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -107,18 +108,32 @@ class HostsView:
         free = self.free.copy()
         free[list(skip)] = False
         found = np.flatnonzero(free)
-        if self.price is not None:
-            order = np.lexsort((self.ids[found], self.fit[found], self.price[found]))[:count]
-            return [int(h) for h in self.ids[found[order]]]
         if len(found) > count:
-            fits = self.fit[found]
-            worst = np.partition(fits, count - 1)[count - 1]
-            tied = found[fits == worst]
-            found = found[fits < worst]
-            lowest = np.partition(self.ids[tied], count - len(found) - 1)[: count - len(found)]
-            found = np.concatenate((found, tied[np.isin(self.ids[tied], lowest)]))
-        order = np.lexsort((self.ids[found], self.fit[found]))[:count]
+            # Only candidates that can make the cut are sorted (a view may hold thousands).
+            if self.price is not None:
+                prices = self.price[found]
+                cut = np.partition(prices, count - 1)[count - 1]
+                cheaper = found[prices < cut]
+                priced_at_cut = self._tightest(found[prices == cut], count - len(cheaper))
+                found = np.concatenate((cheaper, priced_at_cut))
+            else:
+                found = self._tightest(found, count)
+        keys: list[npt.NDArray[Any]] = [self.ids[found], self.fit[found]]
+        if self.price is not None:
+            keys.append(self.price[found])
+        order = np.lexsort(keys)[:count]
         return [int(h) for h in self.ids[found[order]]]
+
+    def _tightest(self, found: npt.NDArray[np.intp], count: int) -> npt.NDArray[np.intp]:
+        """The ``count`` positions of ``found`` with the smallest (fit, id), in no order."""
+        if len(found) <= count:
+            return found
+        fits = self.fit[found]
+        worst = np.partition(fits, count - 1)[count - 1]
+        tied = found[fits == worst]
+        tighter = found[fits < worst]
+        lowest = np.partition(self.ids[tied], count - len(tighter) - 1)[: count - len(tighter)]
+        return np.concatenate((tighter, tied[np.isin(self.ids[tied], lowest)]))
 
 
 def replacements(view: HostsView, count: int, unusable: Iterable[int]) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
@@ -41,9 +40,9 @@ class Allocated(Protocol):
     @property
     def lease_id(self) -> str: ...
     @property
-    def start(self) -> dt.datetime: ...
+    def start_date(self) -> str: ...
     @property
-    def end(self) -> dt.datetime: ...
+    def end_date(self) -> str: ...
 
 
 def allocation(resource_id: int, rows: Iterable[Allocated], *extra: str) -> dict[str, object]:
@@ -55,8 +54,8 @@ def allocation(resource_id: int, rows: Iterable[Allocated], *extra: str) -> dict
             {
                 "id": row.reservation_id,
                 "lease_id": row.lease_id,
-                "start_date": wire.lease_date(row.start),
-                "end_date": wire.lease_date(row.end),
+                "start_date": row.start_date,
+                "end_date": row.end_date,
                 **{name: getattr(row, name) for name in extra},
             }
             for row in rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, delete, insert, select, update
 from sqlalchemy.orm import Session
@@ -26,6 +26,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
+from climate.db.types import as_stored, iso_time
 
 RESOURCE_TYPE = "physical:host"
 
@@ -219,13 +220,16 @@ def truncate_allocations(session: Session, reservation_id: str, at: dt.datetime)
     allocation_rows.truncate(session, HostAllocation, reservation_id, at)
 
 
-@dataclass(frozen=True)
-class AllocationRow:
+class AllocationRow(NamedTuple):
+    """One reservation's allocation of a resource, as the allocation listings show it (a
+    tuple: a listing makes thousands)."""
+
     host_id: int
     reservation_id: str
     lease_id: str
-    start: dt.datetime
-    end: dt.datetime
+    start_date: str
+    """Naive UTC ISO text, Blazar's lease date (``types.iso_time``)."""
+    end_date: str
 
 
 def allocations(
@@ -244,8 +248,8 @@ def allocations(
             HostAllocation.host_id,
             HostAllocation.reservation_id,
             HostAllocation.lease_id,
-            HostAllocation.start_date,
-            HostAllocation.end_date,
+            as_stored(HostAllocation.start_date),
+            as_stored(HostAllocation.end_date),
         )
         .join(Lease, Lease.id == HostAllocation.lease_id)
         .where(Lease.deleted_at.is_(None))
@@ -262,7 +266,10 @@ def allocations(
         start=start,
         end=end,
     )
-    return [AllocationRow(*row) for row in session.execute(query)]
+    return [
+        AllocationRow(host, reservation, lease, iso_time(begin), iso_time(until))
+        for host, reservation, lease, begin, until in session.execute(query)
+    ]
 
 
 def property_settings(session: Session) -> dict[str, ResourceProperty]:

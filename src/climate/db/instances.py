@@ -21,6 +21,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
+from climate.db.types import as_stored, iso_time
 
 _Row = TypeVarTuple("_Row")
 RESOURCE_TYPE = "virtual:instance"
@@ -174,14 +175,18 @@ def remove_for_host(session: Session, host_id: int) -> None:
     session.execute(delete(InstanceAllocation).where(InstanceAllocation.host_id == host_id))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AllocationRow:
+    """An instance reservation's allocation on a host, as its listing shows it (not a
+    ``NamedTuple``: its ``count`` would hide the tuple's)."""
+
     host_id: int
     reservation_id: str
     lease_id: str
     count: int
-    start: dt.datetime
-    end: dt.datetime
+    start_date: str
+    """Naive UTC ISO text, Blazar's lease date (``types.iso_time``)."""
+    end_date: str
 
 
 def _live(query: Select[*_Row], **filters: Any) -> Select[*_Row]:
@@ -237,8 +242,8 @@ def allocations(
             InstanceAllocation.reservation_id,
             InstanceAllocation.lease_id,
             InstanceAllocation.count,
-            InstanceAllocation.start_date,
-            InstanceAllocation.end_date,
+            as_stored(InstanceAllocation.start_date),
+            as_stored(InstanceAllocation.end_date),
         )
         .where(InstanceAllocation.host_id.in_(list(host_ids)))
         .order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
@@ -251,7 +256,10 @@ def allocations(
         start=start,
         end=end,
     )
-    return [AllocationRow(*row) for row in session.execute(query)]
+    return [
+        AllocationRow(host, reservation, lease, count, iso_time(begin), iso_time(until))
+        for host, reservation, lease, count, begin, until in session.execute(query)
+    ]
 
 
 @dataclass(frozen=True, slots=True)

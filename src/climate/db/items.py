@@ -15,6 +15,7 @@ from climate.db.allocations import narrowed
 from climate.db.hosts import AllocationRow, SpanRow
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import Item, ItemAllocation, ItemProperty, Lease
+from climate.db.types import as_stored, iso_time
 
 SORT_KEYS = ("id", "name", "created_at")
 
@@ -203,8 +204,8 @@ def allocations(
             ItemAllocation.item_id,
             ItemAllocation.reservation_id,
             ItemAllocation.lease_id,
-            ItemAllocation.start_date,
-            ItemAllocation.end_date,
+            as_stored(ItemAllocation.start_date),
+            as_stored(ItemAllocation.end_date),
         )
         .join(Lease, Lease.id == ItemAllocation.lease_id)
         .join(Item, Item.id == ItemAllocation.item_id)
@@ -224,4 +225,7 @@ def allocations(
         start=start,
         end=end,
     )
-    return [AllocationRow(*row) for row in session.execute(query)]
+    return [
+        AllocationRow(item, reservation, lease, iso_time(begin), iso_time(until))
+        for item, reservation, lease, begin, until in session.execute(query)
+    ]

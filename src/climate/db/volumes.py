@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
@@ -21,6 +21,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
+from climate.db.types import as_stored, iso_time
 
 RESOURCE_TYPE = "virtual:volume"
 SORT_KEYS = ("id", "name", "created_at")
@@ -138,14 +139,16 @@ def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:
     allocation_rows.truncate(session, VolumeAllocation, reservation_id, at)
 
 
-@dataclass(frozen=True)
-class PoolAllocation:
+class PoolAllocation(NamedTuple):
+    """A volume reservation's allocation in a pool, as its listing shows it."""
+
     pool_id: int
     reservation_id: str
     lease_id: str
     size_gb: int
-    start: dt.datetime
-    end: dt.datetime
+    start_date: str
+    """Naive UTC ISO text, Blazar's lease date (``types.iso_time``)."""
+    end_date: str
 
 
 def allocations(
@@ -165,8 +168,8 @@ def allocations(
             VolumeAllocation.reservation_id,
             VolumeAllocation.lease_id,
             VolumeAllocation.size_gb,
-            VolumeAllocation.start_date,
-            VolumeAllocation.end_date,
+            as_stored(VolumeAllocation.start_date),
+            as_stored(VolumeAllocation.end_date),
         )
         .join(Lease, Lease.id == VolumeAllocation.lease_id)
         .where(Lease.deleted_at.is_(None), VolumeAllocation.pool_id.in_(list(pool_ids)))
@@ -181,4 +184,7 @@ def allocations(
         start=start,
         end=end,
     )
-    return [PoolAllocation(*row) for row in session.execute(query)]
+    return [
+        PoolAllocation(pool, reservation, lease, size, iso_time(begin), iso_time(until))
+        for pool, reservation, lease, size, begin, until in session.execute(query)
+    ]

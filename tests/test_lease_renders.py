@@ -32,6 +32,7 @@ from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
+from climate.services.leases.listing import Shown
 from tests.conftest import ADMIN, ALICE, BOB, T0
 from tests.helpers import host_request, nothing_kept
 
@@ -206,10 +207,15 @@ def test_renders_kept_stay_within_their_bytes_least_recently_shown_dropped_first
     assert renders.get("c", 1, 3) is None  # another queue place
 
 
-def test_a_page_encoded_in_pieces_is_the_page_encoded_at_once() -> None:
-    leases = [{"name": "é\u2028\x00", "n": 1}, {"name": "b", "nested": [1.5, None, True]}]
-    joined = b'{"leases":[' + b",".join(encode(x) for x in leases) + b"]}"
-    assert joined == encode({"leases": leases})
+@pytest.mark.parametrize("count", [0, 1, 2, 3])
+def test_a_page_encoded_in_pieces_is_the_page_encoded_at_once(count: int) -> None:
+    leases = [
+        {"name": "é\u2028\x00", "n": 1},
+        {"name": "b", "nested": [1.5, None, True]},
+        {"name": "c"},
+    ][:count]
+    pieces = [Shown(str(i), i, None, encode(x), None) for i, x in enumerate(leases)]
+    assert Renders().body(pieces) == encode({"leases": leases})
 
 
 # -- random histories ----------------------------------------------------------------------

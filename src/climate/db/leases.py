@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy import cast as cast_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
+from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, selectinload
 
 from climate.db import managers, raw
 from climate.db.chunks import chunked
@@ -97,18 +97,31 @@ def string_rows(session: Session, rows: Sequence[Sequence[str]], width: int) -> 
 
 
 def get(
-    session: Session, lease_id: str, *, project_id: str | None = None, locked: bool = False
+    session: Session,
+    lease_id: str,
+    *,
+    project_id: str | None = None,
+    locked: bool = False,
+    whole: bool = True,
 ) -> Lease | None:
     """A live (not deleted) lease; with ``project_id``, only if it belongs to that project.
+    ``whole``: with its reservations, their allocations and its events; else the lease and its
+    reservations, the rest read when first used (a check that looks at the reservations).
 
     ``locked``: its row is locked for this transaction and read afresh once the lock is had
     (PostgreSQL), so a status a manager committed meanwhile is the one seen, never overwritten.
+    SQLite's write transactions begin IMMEDIATE: nobody commits while one runs, so what it has
+    read is current, and a lease it has loaded is not loaded again.
     """
     query = select(Lease).where(Lease.id == lease_id, Lease.deleted_at.is_(None))
     if project_id is not None:
         query = query.where(Lease.project_id == project_id)
-    if locked:
+    if locked and session.get_bind().dialect.name != "sqlite":
         query = query.with_for_update().execution_options(populate_existing=True)
+    if not whole:
+        query = query.options(
+            lazyload(Lease.events), selectinload(Lease.reservations).lazyload("*")
+        )
     return session.scalars(query).first()
 
 

@@ -127,6 +127,15 @@ class Lease(Timestamped, Base):
         Index("ix_leases_status", "status"),
         Index("ix_leases_series", "series_id", "occurrence"),
         Index("ix_leases_project_end", "project_id", "end_date"),
+        # The default listing, in order, without sorting every lease ever made.
+        Index(
+            "ix_leases_live_created",
+            "created_at",
+            "id",
+            "status",
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
     )
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(NAME_LENGTH))

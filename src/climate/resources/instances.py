@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -40,7 +41,7 @@ from climate.resources.base import (
     query_field,
 )
 from climate.resources.capabilities import SharedHosts
-from climate.resources.hosts import Inventory, flag_field
+from climate.resources.hosts import MAX_REMEMBERED_QUERIES, Inventory, flag_field
 from climate.resources.ratios import RATIOS, parse_ratio
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields, nullable
 
@@ -150,9 +151,15 @@ class InstanceType(ResourceType, SharedHosts):
     def __init__(self) -> None:
         self.inventory = Inventory()
         self.ratios: tuple[float, ...] = (1.0, 1.0, 1.0)
+        # ``_hosts`` per query, for one copy of the inventory's records (a list of rooms, or
+        # the field and message of the refusal when none matching has a size).
+        self._sized: tuple[object, dict[str, list[HostRoom] | tuple[str, str]]] = (None, {})
+        self._sized_lock = threading.Lock()
 
     def configure(self, settings: Settings) -> None:
         self.ratios = tuple(float(getattr(settings, r)) for r in RATIOS)
+        with self._sized_lock:
+            self._sized = (None, {})
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -235,12 +242,32 @@ class InstanceType(ResourceType, SharedHosts):
         return [HostRoom(h.id, h.name, h.capacity, uses.get(h.id, ())) for h in free]
 
     def _hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:
-        """Reservable hosts matching the query that have a size, scaled by their ratios.
+        """Reservable hosts matching the query that have a size, scaled by their ratios; kept
+        per query until the inventory changes (every instance admission asks).
 
         :raises InvalidInput: hosts match but none has a size (naming the missing column).
         """
+        records = self.inventory.records(session)
+        with self._sized_lock:
+            if self._sized[0] is not records:
+                self._sized = (records, {})
+            known = self._sized[1]
+            found = known.get(resource_properties)
+        if found is None:
+            found = self._sizes(records, resource_properties)
+            with self._sized_lock:
+                if len(known) > MAX_REMEMBERED_QUERIES:
+                    known.clear()
+                known[resource_properties] = found
+        if isinstance(found, tuple):
+            raise InvalidInput(*found)
+        return list(found)
+
+    def _sizes(
+        self, records: Sequence[host_rows.HostRecord], resource_properties: str
+    ) -> list[HostRoom] | tuple[str, str]:
         query = parse_query("resource_properties", resource_properties)
-        matching = [r for r in self.inventory.records(session) if query.matches(r.properties)]
+        matching = [r for r in records if query.matches(r.properties)]
         rooms = []
         for record in matching:
             values = [record.properties.get(c) for c in SIZE_COLUMNS]
@@ -255,7 +282,7 @@ class InstanceType(ResourceType, SharedHosts):
             missing = next(
                 c for c in SIZE_COLUMNS if any(r.properties.get(c) is None for r in matching)
             )
-            raise InvalidInput(
+            return (
                 f"hosts.{missing}",
                 f"{len(matching)} host(s) match the properties but none has its size "
                 "(vcpus, memory_mb, local_gb) registered; set it with host-create or host-update",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import DateTime, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 
@@ -162,6 +162,23 @@ def test_a_time_is_bound_on_sqlite_as_sqlalchemy_s_two_steps_bind_it(moment: dt.
     chain = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
     assert chain is not None
     assert sqlite_time(moment) == chain(moment)
+
+
+@settings(max_examples=300, deadline=None)
+@given(moment=st.datetimes(min_value=EARLIEST, max_value=LATEST, timezones=st.timezones()))
+def test_a_time_is_read_on_sqlite_as_sqlalchemy_s_two_steps_read_it(moment: dt.datetime) -> None:
+    """``UTCDateTime`` reads SQLite's text in one call: the aware UTC time that SQLAlchemy's
+    parse followed by ``process_result_value`` gave."""
+    dialect = sqlite.dialect()
+    stored = sqlite_time(moment)
+    two_steps = DateTime(timezone=True).dialect_impl(dialect).result_processor(dialect, None)
+    assert two_steps is not None
+    expected = UTCDateTime().process_result_value(two_steps(stored), dialect)
+    one_step = UTCDateTime().dialect_impl(dialect).result_processor(dialect, None)
+    assert one_step is not None
+    assert one_step(stored) == expected
+    assert one_step(stored).tzinfo is dt.UTC
+    assert one_step(None) is None
 
 
 def test_a_naive_time_is_refused_by_the_sqlite_binding_too() -> None:

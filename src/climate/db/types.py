@@ -26,6 +26,21 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         # SQLite has no time zones: store naive UTC text, so that text order is time order.
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+        # One call where SQLAlchemy's chain made two (its parse of the text, then
+        # ``process_result_value``): reads of allocations parse thousands.
+        parse, utc = dt.datetime.fromisoformat, dt.UTC
+
+        def process(value: str | None) -> dt.datetime | None:
+            if value is None:
+                return None
+            found = parse(value)
+            return found.replace(tzinfo=utc) if found.tzinfo is None else found.astimezone(utc)
+
+        return process
+
     def process_result_value(self, value: Any, dialect: Dialect) -> dt.datetime | None:
         if value is None:
             return None

@@ -111,12 +111,18 @@ def get(
     ``locked``: its row is locked for this transaction and read afresh once the lock is had
     (PostgreSQL), so a status a manager committed meanwhile is the one seen, never overwritten.
     SQLite's write transactions begin IMMEDIATE: nobody commits while one runs, so what it has
-    read is current, and a lease it has loaded is not loaded again.
+    read is current, and a lease it has loaded is not loaded again (a query would: SQLAlchemy
+    runs the eager loads of its rows again).
     """
+    if locked and session.get_bind().dialect.name == "sqlite":
+        found = session.get(Lease, lease_id)
+        if found is None or found.deleted_at is not None:
+            return None
+        return found if project_id is None or found.project_id == project_id else None
     query = select(Lease).where(Lease.id == lease_id, Lease.deleted_at.is_(None))
     if project_id is not None:
         query = query.where(Lease.project_id == project_id)
-    if locked and session.get_bind().dialect.name != "sqlite":
+    if locked:
         query = query.with_for_update().execution_options(populate_existing=True)
     if not whole:
         query = query.options(

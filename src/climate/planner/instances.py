@@ -140,16 +140,17 @@ def check_possible(demand: InstanceDemand, hosts: Sequence[HostRoom]) -> None:
             "requested, but no reservable host with a size (vcpus, memory_mb, local_gb) "
             "matches the properties"
         )
+    capacity = np.array([h.capacity.as_tuple() for h in hosts], dtype=np.int64)
+    asked = np.array(wanted.as_tuple(), dtype=np.int64)
     for k, name in enumerate(RESOURCES):
-        largest = max(h.capacity.as_tuple()[k] for h in hosts)
-        asked = wanted.as_tuple()[k]
-        if asked > largest:
+        largest = int(capacity[:, k].max())
+        if asked[k] > largest:
             raise InvalidInput(
                 name,
-                f"no host has {asked} {UNITS[name]} (the largest matching host has {largest})",
+                f"no host has {asked[k]} {UNITS[name]} (the largest matching host has {largest})",
             )
-    empty = [HostRoom(h.id, h.name, h.capacity) for h in hosts]
-    most = int(slots(empty, wanted, demand.start, demand.end).max())
+    sized = asked > 0  # as ``slots`` counts them, on empty hosts
+    most = int((capacity[:, sized] // asked[sized]).min(axis=1).max())
     if most == 0:
         raise InvalidInput(
             "vcpus",

@@ -26,7 +26,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
-from climate.db.types import as_stored, iso_time
+from climate.db.types import iso_text
 
 RESOURCE_TYPE = "physical:host"
 
@@ -228,7 +228,7 @@ class AllocationRow(NamedTuple):
     reservation_id: str
     lease_id: str
     start_date: str
-    """Naive UTC ISO text, Blazar's lease date (``types.iso_time``)."""
+    """Naive UTC ISO text, Blazar's lease date (``types.iso_text``)."""
     end_date: str
 
 
@@ -248,8 +248,8 @@ def allocations(
             HostAllocation.host_id,
             HostAllocation.reservation_id,
             HostAllocation.lease_id,
-            as_stored(HostAllocation.start_date),
-            as_stored(HostAllocation.end_date),
+            iso_text(HostAllocation.start_date),
+            iso_text(HostAllocation.end_date),
         )
         .join(Lease, Lease.id == HostAllocation.lease_id)
         .where(Lease.deleted_at.is_(None))
@@ -266,10 +266,7 @@ def allocations(
         start=start,
         end=end,
     )
-    return [
-        AllocationRow(host, reservation, lease, iso_time(begin), iso_time(until))
-        for host, reservation, lease, begin, until in session.execute(query)
-    ]
+    return list(map(AllocationRow._make, session.connection().execute(query).all()))
 
 
 def property_settings(session: Session) -> dict[str, ResourceProperty]:

@@ -21,7 +21,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
-from climate.db.types import as_stored, iso_time
+from climate.db.types import iso_text
 
 _Row = TypeVarTuple("_Row")
 RESOURCE_TYPE = "virtual:instance"
@@ -185,7 +185,7 @@ class AllocationRow:
     lease_id: str
     count: int
     start_date: str
-    """Naive UTC ISO text, Blazar's lease date (``types.iso_time``)."""
+    """Naive UTC ISO text, Blazar's lease date (``types.iso_text``)."""
     end_date: str
 
 
@@ -242,8 +242,8 @@ def allocations(
             InstanceAllocation.reservation_id,
             InstanceAllocation.lease_id,
             InstanceAllocation.count,
-            as_stored(InstanceAllocation.start_date),
-            as_stored(InstanceAllocation.end_date),
+            iso_text(InstanceAllocation.start_date),
+            iso_text(InstanceAllocation.end_date),
         )
         .where(InstanceAllocation.host_id.in_(list(host_ids)))
         .order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
@@ -256,10 +256,7 @@ def allocations(
         start=start,
         end=end,
     )
-    return [
-        AllocationRow(host, reservation, lease, count, iso_time(begin), iso_time(until))
-        for host, reservation, lease, count, begin, until in session.execute(query)
-    ]
+    return [AllocationRow(*row) for row in session.connection().execute(query).all()]
 
 
 @dataclass(frozen=True, slots=True)

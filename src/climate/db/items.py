@@ -15,7 +15,7 @@ from climate.db.allocations import narrowed
 from climate.db.hosts import AllocationRow, SpanRow
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import Item, ItemAllocation, ItemProperty, Lease
-from climate.db.types import as_stored, iso_time
+from climate.db.types import iso_text
 
 SORT_KEYS = ("id", "name", "created_at")
 
@@ -204,8 +204,8 @@ def allocations(
             ItemAllocation.item_id,
             ItemAllocation.reservation_id,
             ItemAllocation.lease_id,
-            as_stored(ItemAllocation.start_date),
-            as_stored(ItemAllocation.end_date),
+            iso_text(ItemAllocation.start_date),
+            iso_text(ItemAllocation.end_date),
         )
         .join(Lease, Lease.id == ItemAllocation.lease_id)
         .join(Item, Item.id == ItemAllocation.item_id)
@@ -225,7 +225,4 @@ def allocations(
         start=start,
         end=end,
     )
-    return [
-        AllocationRow(item, reservation, lease, iso_time(begin), iso_time(until))
-        for item, reservation, lease, begin, until in session.execute(query)
-    ]
+    return list(map(AllocationRow._make, session.connection().execute(query).all()))

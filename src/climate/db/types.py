@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import DateTime, String, type_coerce
+from sqlalchemy import DateTime, String
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
-
-from climate.domain.formats import lease_date
 
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
@@ -71,16 +71,23 @@ def as_utc(value: object) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
-def as_stored(column: Any) -> ColumnElement[Any]:
-    """A ``UTCDateTime`` column read as the driver gives it, not made a ``datetime`` (SQLite:
-    its text), for ``iso_time``."""
-    return type_coerce(column, String)
+class iso_text(FunctionElement[str]):
+    """A ``UTCDateTime`` column as naive UTC ISO 8601 text with microseconds (Blazar's lease
+    date), made by the database: the allocation listings show thousands of times, and parsing
+    each in Python to write it again was half their time. SQLite stores that text already, a
+    space for its ``T`` (every stored time is in that one form since migration 0022)."""
+
+    type = String()
+    inherit_cache = True
+    name = "iso_text"
 
 
-def iso_time(value: str | dt.datetime) -> str:
-    """A time read by ``as_stored`` as naive UTC ISO 8601 text with microseconds (Blazar's
-    lease date). SQLite's text is that already, a space for the ``T``: an allocation listing
-    shows thousands, and parsing each to write it again was half its time."""
-    if type(value) is str and len(value) == 26:
-        return value.replace(" ", "T", 1)
-    return lease_date(as_utc(value))
+@compiles(iso_text, "sqlite")
+def _iso_text_sqlite(element: iso_text, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"replace({compiler.process(element.clauses, **kw)}, ' ', 'T')"
+
+
+@compiles(iso_text, "postgresql")
+def _iso_text_postgresql(element: iso_text, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"

@@ -21,7 +21,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
-from climate.db.types import as_stored, iso_time
+from climate.db.types import iso_text
 
 RESOURCE_TYPE = "virtual:volume"
 SORT_KEYS = ("id", "name", "created_at")
@@ -147,7 +147,7 @@ class PoolAllocation(NamedTuple):
     lease_id: str
     size_gb: int
     start_date: str
-    """Naive UTC ISO text, Blazar's lease date (``types.iso_time``)."""
+    """Naive UTC ISO text, Blazar's lease date (``types.iso_text``)."""
     end_date: str
 
 
@@ -168,8 +168,8 @@ def allocations(
             VolumeAllocation.reservation_id,
             VolumeAllocation.lease_id,
             VolumeAllocation.size_gb,
-            as_stored(VolumeAllocation.start_date),
-            as_stored(VolumeAllocation.end_date),
+            iso_text(VolumeAllocation.start_date),
+            iso_text(VolumeAllocation.end_date),
         )
         .join(Lease, Lease.id == VolumeAllocation.lease_id)
         .where(Lease.deleted_at.is_(None), VolumeAllocation.pool_id.in_(list(pool_ids)))
@@ -184,7 +184,4 @@ def allocations(
         start=start,
         end=end,
     )
-    return [
-        PoolAllocation(pool, reservation, lease, size, iso_time(begin), iso_time(until))
-        for pool, reservation, lease, size, begin, until in session.execute(query)
-    ]
+    return list(map(PoolAllocation._make, session.connection().execute(query).all()))

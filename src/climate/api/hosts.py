@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
@@ -45,22 +45,22 @@ class Allocated(Protocol):
     def end_date(self) -> str: ...
 
 
-def allocation(resource_id: int, rows: Iterable[Allocated], *extra: str) -> dict[str, object]:
+def allocation(resource_id: int, rows: Sequence[Allocated], *extra: str) -> dict[str, object]:
     """One resource's allocations as Blazar shows them; each reservation also shows the
     ``extra`` fields of its row (a volume's ``size_gb``, an instance ``count``)."""
-    return {
-        "resource_id": str(resource_id),
-        "reservations": [
-            {
-                "id": row.reservation_id,
-                "lease_id": row.lease_id,
-                "start_date": row.start_date,
-                "end_date": row.end_date,
-                **{name: getattr(row, name) for name in extra},
-            }
-            for row in rows
-        ],
-    }
+    reservations = [
+        {
+            "id": row.reservation_id,
+            "lease_id": row.lease_id,
+            "start_date": row.start_date,
+            "end_date": row.end_date,
+        }
+        for row in rows
+    ]
+    if extra:
+        for shown, row in zip(reservations, rows, strict=True):
+            shown.update((name, getattr(row, name)) for name in extra)
+    return {"resource_id": str(resource_id), "reservations": reservations}
 
 
 def _allocation(found: HostAllocations) -> dict[str, object]:

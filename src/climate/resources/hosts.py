@@ -8,8 +8,8 @@ import datetime as dt
 import json
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,7 @@ from climate.resources.capabilities import WholeHosts
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
 
 RESOURCE_TYPE = "physical:host"
+T = TypeVar("T")
 MAX_REMEMBERED_QUERIES = 1024
 FIELDS = (
     frozenset(
@@ -71,8 +72,28 @@ class Inventory:
         self._matches: dict[tuple[str, str], HostSet] = {}
         self._rates: dict[int, float] | None = None
         self._prices: dict[tuple[str, str], npt.NDArray[np.float64] | None] = {}
+        self._derived: dict[object, object] = {}
         self.table = pricing.PriceTable({}, {})
         self.factor_property = ""
+
+    def derived(
+        self, session: Session, key: object, make: Callable[[list[host_rows.HostRecord]], T]
+    ) -> T:
+        """``make(records)``, kept under ``key`` until the inventory changes (what another
+        resource type works out from the hosts for every admission)."""
+        version = host_rows.inventory_version(session)
+        with self._lock:
+            self._refresh(session, version)
+            if key in self._derived:
+                return cast(T, self._derived[key])
+            records = self._records
+        found = make(records)
+        with self._lock:
+            if self._records is records:
+                if len(self._derived) > MAX_REMEMBERED_QUERIES:
+                    self._derived.clear()
+                self._derived[key] = found
+        return found
 
     def matching(
         self, session: Session, hypervisor_properties: str, resource_properties: str
@@ -137,7 +158,7 @@ class Inventory:
     def _refresh(self, session: Session, version: int) -> None:
         if version != self._version:
             self._records = host_rows.reservable_records(session, host_rows.HOST_COLUMNS)
-            self._matches, self._rates, self._prices = {}, None, {}
+            self._matches, self._rates, self._prices, self._derived = {}, None, {}, {}
             self._version = version
 
 

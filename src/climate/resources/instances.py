@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,7 +40,7 @@ from climate.resources.base import (
     query_field,
 )
 from climate.resources.capabilities import SharedHosts
-from climate.resources.hosts import MAX_REMEMBERED_QUERIES, Inventory, flag_field
+from climate.resources.hosts import Inventory, flag_field
 from climate.resources.ratios import RATIOS, parse_ratio
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields, nullable
 
@@ -151,15 +150,9 @@ class InstanceType(ResourceType, SharedHosts):
     def __init__(self) -> None:
         self.inventory = Inventory()
         self.ratios: tuple[float, ...] = (1.0, 1.0, 1.0)
-        # ``_hosts`` per query, for one copy of the inventory's records (a list of rooms, or
-        # the field and message of the refusal when none matching has a size).
-        self._sized: tuple[object, dict[str, list[HostRoom] | tuple[str, str]]] = (None, {})
-        self._sized_lock = threading.Lock()
 
     def configure(self, settings: Settings) -> None:
         self.ratios = tuple(float(getattr(settings, r)) for r in RATIOS)
-        with self._sized_lock:
-            self._sized = (None, {})
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
@@ -247,18 +240,11 @@ class InstanceType(ResourceType, SharedHosts):
 
         :raises InvalidInput: hosts match but none has a size (naming the missing column).
         """
-        records = self.inventory.records(session)
-        with self._sized_lock:
-            if self._sized[0] is not records:
-                self._sized = (records, {})
-            known = self._sized[1]
-            found = known.get(resource_properties)
-        if found is None:
-            found = self._sizes(records, resource_properties)
-            with self._sized_lock:
-                if len(known) > MAX_REMEMBERED_QUERIES:
-                    known.clear()
-                known[resource_properties] = found
+        # Keyed by the ratios too: they scale the sizes.
+        key = ("sized", resource_properties, self.ratios)
+        found = self.inventory.derived(
+            session, key, lambda records: self._sizes(records, resource_properties)
+        )
         if isinstance(found, tuple):
             raise InvalidInput(*found)
         return list(found)

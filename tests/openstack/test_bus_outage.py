@@ -43,9 +43,25 @@ KINDS = (
 )
 
 
-def _rabbitmqctl(env: dict[str, str], *command: str) -> None:
+def _rabbitmqctl(env: dict[str, str], *command: str) -> str:
     node = f"ostest{env['RABBIT_PORT']}@localhost"
-    subprocess.run(["rabbitmqctl", "-q", "-n", node, *command], check=True, timeout=120)
+    return subprocess.run(
+        ["rabbitmqctl", "-q", "-n", node, *command],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _consumers(env: dict[str, str]) -> dict[str, int]:
+    """Every queue of Nova's on the rig's broker that has consumers, with how many (the queues
+    of these tests' own consumers come and go)."""
+    out = _rabbitmqctl(env, "list_queues", "--no-table-headers", "name", "consumers")
+    counts = {name: int(count) for name, count in (line.split("\t") for line in out.splitlines())}
+    return {
+        name: count for name, count in counts.items() if count and not name.startswith("climate")
+    }
 
 
 def _listening(port: int) -> bool:
@@ -58,8 +74,10 @@ def _listening(port: int) -> bool:
 
 @contextmanager
 def broker_stopped(env: dict[str, str]) -> Iterator[None]:
-    """The rig's broker stopped; started again on leaving, whatever happens."""
+    """The rig's broker stopped; started again on leaving, whatever happens, and left only once
+    Nova is whole again."""
     port = int(env["RABBIT_PORT"])
+    before = _consumers(env)
     _rabbitmqctl(env, "stop_app")
     try:
         assert not _listening(port)
@@ -70,20 +88,28 @@ def broker_stopped(env: dict[str, str]) -> Iterator[None]:
         while not _listening(port):
             assert time.monotonic() < deadline, "the rig's RabbitMQ did not listen again"
             time.sleep(0.2)
-        _computes_up(env)
+        _nova_back(env, before)
 
 
-def _computes_up(env: dict[str, str]) -> None:
-    """Wait until every nova-compute reports up again: one whose status report timed out while
-    the broker was away reads down (Nova's ComputeFilter then refuses it) until its next report
-    gets through, and the tests after this one boot servers."""
+def _nova_back(env: dict[str, str], before: dict[str, int]) -> None:
+    """Wait until every queue that had consumers before the stop has them again, and every
+    nova-compute reports up.
+
+    The restart drops Nova's queues (they are not durable); each service declares its own again
+    when oslo.messaging reconnects, with a backoff of its own. Until the scheduler's queue and the
+    conductor's reply queue are back, a boot's RPC is dropped unrouted and the server waits out
+    the call's 60 s timeout. A nova-compute whose status report timed out while the broker was
+    away reads down (Nova's ComputeFilter then refuses it) until its next report gets through.
+    The tests after this one boot servers."""
     cloud = admin_connection(env)
     deadline = time.monotonic() + 180
     while True:
+        now = _consumers(env)
+        missing = {name: n for name, n in before.items() if now.get(name, 0) < n}
         states = {s.host: s.state for s in cloud.compute.services() if s.binary == "nova-compute"}
-        if states and all(state == "up" for state in states.values()):
+        if not missing and states and all(state == "up" for state in states.values()):
             return
-        assert time.monotonic() < deadline, f"nova-compute services not up again: {states}"
+        assert time.monotonic() < deadline, f"Nova not back: queues {missing}, computes {states}"
         time.sleep(1)
 
 

@@ -12,9 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 
 from climate.config import Settings, load_settings
 from climate.db import outbox
@@ -413,6 +415,36 @@ def test_a_claim_holds_until_its_messages_are_sent_so_a_second_deliverer_sends_n
         slow.close()
     sent = [headers[DELIVERY_HEADER] for _, headers, _ in slow.arrivals]
     assert len(set(sent)) == len(sent) == 6, sent
+
+
+def test_the_deliverers_claims_and_outcomes_commit_without_waiting_for_the_disk(
+    settings: Settings, pg_url: str, receiver: Receiver
+) -> None:
+    """PostgreSQL: the deliverer's own writes (its claim, the outcome) are committed without
+    waiting for a WAL flush, so a send never waits behind the disk; the change that wrote the
+    message still waits for it, as every other change does."""
+    _reset_pg(pg_url)
+    db = Database(pg_url)
+    writes: list[tuple[str, str]] = []  # (synchronous_commit in force, statement) on the outbox
+
+    def watch(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        words = statement.split()
+        if words[0] in ("INSERT", "UPDATE") and "outbox" in words[:3]:
+            shown = conn.connection.driver_connection.execute("SHOW synchronous_commit")
+            writes.append((shown.fetchone()[0], words[0]))
+
+    ctx = build_context(settings.model_copy(update={"webhooks": (receiver.url,)}), db)
+    event.listen(db.engine, "before_cursor_execute", watch)
+    try:
+        with db.transaction() as session:
+            outbox.enqueue(session, [receiver.url], "lease.create", {"event": "x"}, ctx.clock.now())
+        assert Deliverer(ctx).deliver_due() == 1
+    finally:
+        event.remove(db.engine, "before_cursor_execute", watch)
+        db.dispose()
+    assert len(receiver.received) == 1
+    assert writes[0] == ("on", "INSERT")
+    assert writes[1:] == [("off", "UPDATE")] * 2  # the claim, then the outcome
 
 
 def test_a_stopping_deliverer_hands_back_the_messages_it_claimed_and_did_not_send(

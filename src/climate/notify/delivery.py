@@ -135,6 +135,7 @@ class Deliverer:
     def _claim(self, sink: Sink) -> tuple[Sequence[OutboxMessage], dt.datetime]:
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
+            outbox.unflushed(session)
             rows = outbox.due(session, sink.key, now, SINK_BATCH)
             claim = now + dt.timedelta(seconds=len(rows) * sink.send_seconds + CLAIM_MARGIN_SECONDS)
             for row in rows:
@@ -143,11 +144,13 @@ class Deliverer:
 
     def _release(self, messages: Sequence[OutboxMessage], claim: dt.datetime) -> None:
         with self.ctx.db.transaction() as session:
+            outbox.unflushed(session)
             outbox.release(session, [m.id for m in messages], claim, self.ctx.clock.now())
 
     def _record(self, message_id: int, claim: dt.datetime, error: str | None) -> None:
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
+            outbox.unflushed(session)
             row = session.get(OutboxMessage, message_id)
             if row is None or row.status != outbox.PENDING or row.next_attempt_at != claim:
                 LOG.warning(

@@ -327,11 +327,9 @@ def _late(
 ) -> str:
     """What a failed lag check needs to be understood: each late message's outbox row (its
     attempts and last error tell a retry from a slow first send) and the other manager's log."""
-    late = {
-        json.loads(body)["lease"]["id"]: round(at - created[json.loads(body)["lease"]["id"]], 3)
-        for at, _, body in sink.arrivals
-        if at - created[json.loads(body)["lease"]["id"]] >= 1.0
-    }
+    arrived = [(json.loads(body)["lease"]["id"], at) for at, _, body in sink.arrivals]
+    late = {lease: round(at - created[lease], 3) for lease, at in arrived}
+    late = {lease: lag for lease, lag in late.items() if lag >= 1.0}
     with db.reader() as session:
         rows = [
             (m.id, m.lease_id, m.attempts, m.last_error, m.created_at, m.delivered_at)

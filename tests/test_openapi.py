@@ -346,3 +346,10 @@ def call_instance_operations(call: Conformance) -> None:
     ).json()
     assert answer["warnings"] == ["net: resource type OS::Neutron::Net is not reserved"]
     call("POST", "/v1/leases/from-template", 400, json={"name": "bad", **window, "template": "["})
+
+
+def test_every_route_is_matched_by_the_apps_own_router(app: FastAPI) -> None:
+    """Routers are put on the app route by route (``api/routes.include``): FastAPI keeps an
+    included router as one route that matches its routes anew, twice, on every request."""
+    kinds = {type(route).__name__ for route in app.routes}
+    assert kinds <= {"APIRoute", "APIWebSocketRoute", "Route", "Mount"}, kinds

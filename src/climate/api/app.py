@@ -30,6 +30,7 @@ from climate.api import (
     policy,
     power,
     reservations,
+    routes,
     schemas,
     series,
     templates,
@@ -151,25 +152,25 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.demand = DemandService(ctx)
     app.state.rules_usage = RulesUsageService(ctx)
     app.state.credits = CreditsService(ctx)
-    app.include_router(templates.router)
-    app.include_router(leases.router)
-    app.include_router(series.router)
-    app.include_router(reservations.router)
-    app.include_router(hosts.router)
-    app.include_router(audit.router)
-    app.include_router(operations.router)
-    app.include_router(availability.router)
+    routes.include(app, templates.router)
+    routes.include(app, leases.router)
+    routes.include(app, series.router)
+    routes.include(app, reservations.router)
+    routes.include(app, hosts.router)
+    routes.include(app, audit.router)
+    routes.include(app, operations.router)
+    routes.include(app, availability.router)
     for kind in kinds.values():
-        app.include_router(items.item_router(kind))
-    app.include_router(items.pools)
-    app.include_router(instances.router)
-    app.include_router(power.router)
+        routes.include(app, items.item_router(kind))
+    routes.include(app, items.pools)
+    routes.include(app, instances.router)
+    routes.include(app, power.router)
     ui.install(app, ctx)
-    app.include_router(policy.router)
-    app.include_router(credits.router)
-    app.include_router(ops.router)
-    app.include_router(usage.router)
-    app.include_router(demand.router)
+    routes.include(app, policy.router)
+    routes.include(app, credits.router)
+    routes.include(app, ops.router)
+    routes.include(app, usage.router)
+    routes.include(app, demand.router)
     app.add_middleware(OpenStackHeaders)
     app.add_middleware(ObservedRequests)
 

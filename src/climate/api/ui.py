@@ -11,7 +11,7 @@ from pydantic_core import to_json
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from climate.api import ics
+from climate.api import ics, routes
 from climate.api.deps import ActorDep
 from climate.api.parsing import parse_date
 from climate.api.schemas.answers import V1, answers
@@ -121,5 +121,5 @@ class _PageHeaders:
 def install(app: FastAPI, ctx: ServiceContext) -> None:
     """Serve the dashboard at /ui and the endpoints behind it."""
     app.state.timeline = TimelineService(ctx)
-    app.include_router(router)
+    routes.include(app, router)
     app.mount("/ui", _PageHeaders(StaticFiles(directory=STATIC, html=True)), name="ui")

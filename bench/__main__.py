@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         "--mixed-hosts", type=int, default=300, help="mixed: hosts (default %(default)s)"
     )
     p.add_argument(
+        "--mixed-workers",
+        type=int,
+        default=1,
+        help="mixed: API processes of climate serve (--workers; default %(default)s)",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="mixed: a smoke run, 10 s on 100 hosts (overrides --mixed-seconds, --mixed-hosts)",
@@ -334,6 +340,7 @@ def _mixed(args: argparse.Namespace, stamp: str) -> dict[str, Any]:
         hosts=QUICK.hosts if args.quick else args.mixed_hosts,
         db=args.db,
         pg_admin_url=args.pg_admin_url,
+        workers=args.mixed_workers,
     )
     profile_path = RESULTS_DIR / f"{stamp}-mixed.pyspy.txt"
 

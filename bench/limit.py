@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.scenarios import create_hosts, lease_body
-from bench.server import climate_server, free_port
+from bench.server import climate_server, cpu_seconds, free_port, written_bytes
 from bench.stats import summary, table
 from bench.targets import Target
 
@@ -33,7 +33,6 @@ P50_GOAL = 2.0
 CPU_GOAL = 3.0
 READY_TIMEOUT = 30.0
 REPO = Path(__file__).resolve().parent.parent
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STATEMENT_SAMPLE = 100
 """Admissions whose SQL statements are counted, in process (``statements_per_admission``)."""
 
@@ -45,37 +44,6 @@ class LimitConfig:
     warmup: int = 100
     hosts: int = 100
     seed: int = 17
-
-
-def _family(pid: int) -> Iterator[tuple[Path, list[str]]]:
-    """``/proc`` entries of ``pid`` and its child processes, each with its ``stat`` fields after
-    the command name (state, ppid, ..., utime as the 12th, stime the 13th)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry.name) == pid or int(fields[1]) == pid:
-            yield entry, fields
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its child processes (all their threads)."""
-    return sum(int(f[11]) + int(f[12]) for _, f in _family(pid)) / CLOCK_TICKS
-
-
-def written_bytes(pid: int) -> int:
-    """Bytes ``pid`` and its child processes sent to storage (``write_bytes`` of /proc/pid/io:
-    the database file and its WAL, checkpoints included)."""
-    total = 0
-    for entry, _ in _family(pid):
-        with contextlib.suppress(OSError):
-            for line in (entry / "io").read_text().splitlines():
-                if line.startswith("write_bytes:"):
-                    total += int(line.split()[1])
-    return total
 
 
 def statements_per_admission(hosts: int, admissions: int, seed: int) -> float:

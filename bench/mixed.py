@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,13 @@ import psycopg
 
 from bench.mixed_client import WEIGHTS
 from bench.scenarios import RSS_GOAL_MB, create_hosts
-from bench.server import DEFAULT_PG_ADMIN_URL, RunningServer, climate_server
+from bench.server import (
+    DEFAULT_PG_ADMIN_URL,
+    RunningServer,
+    climate_server,
+    cpu_seconds,
+    rss_mb,
+)
 from bench.stats import fmt, percentile, summary, table
 from bench.targets import Target
 
@@ -58,6 +63,8 @@ class MixedConfig:
     hosts: int = 300
     db: str = "sqlite"
     pg_admin_url: str = DEFAULT_PG_ADMIN_URL
+    workers: int = 1
+    """API processes of ``climate serve`` (``--workers``)."""
 
     @property
     def slice_seconds(self) -> float:
@@ -79,25 +86,6 @@ class Sample:
     db_mb: float | None
 
 
-def _rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    try:
-        # The command name (field 2) may hold spaces; utime and stime follow it at 12 and 13.
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _db_mb(server: RunningServer) -> float | None:
     """The SQLite file with its write-ahead log, or the PostgreSQL database's size."""
     if server.sqlite_path is not None:
@@ -109,7 +97,7 @@ def _db_mb(server: RunningServer) -> float | None:
 
 
 def _sample(server: RunningServer, at: float) -> Sample:
-    return Sample(at, _rss_mb(server.pid), _cpu_seconds(server.pid), _db_mb(server))
+    return Sample(at, rss_mb(server.pid), cpu_seconds(server.pid), _db_mb(server))
 
 
 def _lease_count(server: RunningServer) -> int:
@@ -132,7 +120,9 @@ def run_mixed(
     keep: bool = False,
 ) -> dict[str, Any]:
     with (
-        climate_server(config.db, pg_admin_url=config.pg_admin_url, keep=keep) as server,
+        climate_server(
+            config.db, pg_admin_url=config.pg_admin_url, keep=keep, serve_workers=config.workers
+        ) as server,
         tempfile.TemporaryDirectory(prefix="climate-mixed-") as scratch,
     ):
         with httpx.Client(base_url=server.base_url, timeout=120) as client:
@@ -166,7 +156,7 @@ def run_mixed(
                 raise RuntimeError(f"the load client exited with {proc.returncode}")
         load = json.loads(out.read_text())
         leases = _lease_count(server)
-        peak = _peak_rss_mb(server.pid)
+        peak = rss_mb(server.pid, "VmHWM")
     # Time 0 is when the client's threads began; the samples move onto its clock.
     shift = load["started_epoch"] - began
     samples = [Sample(s.at - shift, s.rss_mb, s.cpu_seconds, s.db_mb) for s in samples]
@@ -177,16 +167,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-
-
-def _peak_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
 
 
 def analyse(
@@ -347,7 +327,8 @@ def print_mixed(result: dict[str, Any]) -> None:
     print()
     print(
         f"scenario mixed: {c['clients']} clients (own process, back to back) for "
-        f"{c['seconds']:g} s on {c['hosts']} hosts, {c['db']}; weights "
+        f"{c['seconds']:g} s on {c['hosts']} hosts, {c['db']}, climate serve "
+        f"--workers {c['workers']} (its figures: every process of it); weights "
         + ", ".join(f"{name} {w}" for name, w in WEIGHTS.items())
     )
     print(

@@ -119,6 +119,53 @@ def _migrate(database_url: str) -> None:
     db.dispose()
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def family(pid: int) -> Iterator[tuple[Path, list[str]]]:
+    """``/proc`` entries of ``pid`` and its child processes, each with its ``stat`` fields after
+    the command name (state, ppid, ..., utime as the 12th, stime the 13th)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            yield entry, fields
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its child processes (all their threads)."""
+    return sum(int(f[11]) + int(f[12]) for _, f in family(pid)) / CLOCK_TICKS
+
+
+def written_bytes(pid: int) -> int:
+    """Bytes ``pid`` and its child processes sent to storage (``write_bytes`` of /proc/pid/io:
+    the database file and its WAL, checkpoints included)."""
+    total = 0
+    for entry, _ in family(pid):
+        with contextlib.suppress(OSError):
+            for line in (entry / "io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    """Resident memory of ``pid`` and its child processes in MB (``VmHWM``: each one's peak,
+    summed); None once it is gone."""
+    total, found = 0, False
+    for entry, _ in family(pid):
+        with contextlib.suppress(OSError):
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith(f"{field}:"):
+                    total += int(line.split()[1])
+                    found = True
+    return total / 1024.0 if found else None
+
+
 @contextlib.contextmanager
 def climate_server(
     db: str,
@@ -127,6 +174,7 @@ def climate_server(
     keep: bool = False,
     prepare: Callable[[str], None] | None = None,
     api_workers: int = 0,
+    serve_workers: int = 1,
     extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[RunningServer]:
     """Start ``climate serve`` (API + manager) on a fresh database; stop it and clean up after.
@@ -135,7 +183,8 @@ def climate_server(
     database on the server behind ``pg_admin_url``). With ``keep`` the temporary dir survives.
     ``prepare`` gets the database URL before the server starts (to seed it). With
     ``api_workers`` N > 0 it starts ``climate api --workers N`` instead: N API processes and no
-    manager, on a database migrated beforehand. ``extra_env`` is added to the server's
+    manager, on a database migrated beforehand; with ``serve_workers`` N > 1, ``climate serve
+    --workers N``: N API processes and the manager. ``extra_env`` is added to the server's
     environment (settings as ``CLIMATE_*`` variables, a cloud's ``OS_*``).
     """
     data_dir = Path(tempfile.mkdtemp(prefix="climate-bench-"))
@@ -144,6 +193,8 @@ def climate_server(
         with contextlib.ExitStack() as stack:
             port = free_port()
             args = [climate_executable(), "serve", "--port", str(port)]
+            if serve_workers > 1:
+                args += ["--workers", str(serve_workers)]
             if api_workers:
                 args = [climate_executable(), "api", "--port", str(port)]
                 args += ["--workers", str(api_workers)]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from bench.limit import LimitConfig, cpu_seconds, limit_targets, run_limit
+from bench.limit import LimitConfig, limit_targets, run_limit
+from bench.server import cpu_seconds
 
 
 def test_cpu_seconds_counts_this_process() -> None:

@@ -17,8 +17,10 @@ from tests.conftest import LiveServer
 
 
 @pytest.mark.slow
-def test_a_short_mixed_run_grows_the_database_and_reports_every_operation() -> None:
-    result = run_mixed(MixedConfig(clients=4, seconds=4.0, hosts=20))
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_short_mixed_run_grows_the_database_and_reports_every_operation(workers: int) -> None:
+    """With ``--workers 2``, two API processes and the manager: the figures are all of them."""
+    result = run_mixed(MixedConfig(clients=4, seconds=4.0, hosts=20, workers=workers))
 
     assert result["requests"] > 20
     assert set(result["operations"]) == set(WEIGHTS)

@@ -4,7 +4,9 @@ once (SQLite: the database's change counter; PostgreSQL: LISTEN/NOTIFY), not at 
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -12,7 +14,7 @@ from sqlalchemy import text
 
 from climate.db.engine import Database
 from climate.db.types import as_utc
-from tests.processes import start_api, start_manager
+from tests.processes import CLIMATE, start_api, start_manager, start_serving
 
 # The manager's longest sleep is 30 s; an event applied within this proves it was woken.
 WOKEN_WITHIN = 5.0
@@ -65,3 +67,44 @@ def test_separate_manager_is_woken_by_a_new_lease(database_url: str) -> None:
         logs = manager.stop()
         db.dispose()
     assert "Traceback" not in logs, logs
+
+
+@pytest.mark.slow
+def test_serve_with_workers_runs_the_manager_beside_them(sqlite_url: str) -> None:
+    """``climate serve --workers 2``: two API processes sharing the SQLite file's writers, and
+    the manager, woken by what they write. Writes through both at once all answer, and one host
+    is never given twice for one window."""
+    serve, url = start_serving(["serve", "--workers", "2", "--database-url", sqlite_url])
+    db = Database(sqlite_url)
+    try:
+        lease_id = _lease_starting_soon(url, seconds=1.5)
+        assert 0 <= _start_lag(db, lease_id) < WOKEN_WITHIN
+        start = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+        body = {
+            "start_date": start.isoformat(),
+            "end_date": (start + dt.timedelta(hours=1)).isoformat(),
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+            "events": [],
+        }
+
+        def create(i: int) -> int:
+            # A connection each: the kernel hands them to either worker.
+            return httpx.post(f"{url}/v1/leases", json=body | {"name": f"race-{i}"}).status_code
+
+        with ThreadPoolExecutor(16) as pool:
+            codes = list(pool.map(create, range(64)))
+        assert sorted(set(codes)) == [201, 409] and codes.count(201) == 1, codes
+        with db.reader() as session:
+            served = session.execute(text("SELECT count(*) FROM host_allocations")).scalar_one()
+        assert served == 2  # the lease that started, and the one admitted of the 64
+    finally:
+        logs = serve.stop()
+        db.dispose()
+    assert "Traceback" not in logs, logs
+    assert "2 workers" in logs
+
+
+def test_serve_refuses_a_number_of_workers_that_is_not_one_or_more() -> None:
+    done = subprocess.run([CLIMATE, "serve", "--workers", "0"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "--workers: must be a whole number of processes above 0, not '0'" in done.stderr

@@ -66,7 +66,12 @@ def _serve(args: argparse.Namespace, *, api: bool, manager: bool) -> None:
         settle_heap()
         _run_manager(workers, db.url)
     elif args.workers > 1:
-        _run_api_workers(args, settings, listener)
+        _run_api_workers(
+            args,
+            settings,
+            listener,
+            build_workers(build_context(settings, db)) if manager else None,
+        )
     else:
         ctx = build_context(settings, db)
         _run_api(ctx, listener, build_workers(ctx) if manager else None)
@@ -82,7 +87,14 @@ def _run_manager(workers: Workers, url: str) -> None:
     workers.stop()
 
 
-def _run_api_workers(args: argparse.Namespace, settings: Settings, listener: socket.socket) -> None:
+def _run_api_workers(
+    args: argparse.Namespace,
+    settings: Settings,
+    listener: socket.socket,
+    manager: Workers | None,
+) -> None:
+    """``args.workers`` API processes on ``listener``, and ``manager`` (``climate serve``) in
+    this process meanwhile, watching for the work they add."""
     from uvicorn.supervisors import Multiprocess
 
     from climate.serving import ServerConfig
@@ -95,7 +107,13 @@ def _run_api_workers(args: argparse.Namespace, settings: Settings, listener: soc
         "climate.runtime:app_factory", settings, factory=True, workers=args.workers
     )
     _print_listening(settings, f"{args.workers} workers")
-    Multiprocess(config, sockets=[listener]).run()
+    if manager is not None:
+        manager.start(watch=True)
+    try:
+        Multiprocess(config, sockets=[listener]).run()
+    finally:
+        if manager is not None:
+            manager.stop()
 
 
 def _run_api(ctx: ServiceContext, listener: socket.socket, workers: Workers | None) -> None:
@@ -178,6 +196,15 @@ def _positive_days(text: str) -> int:
     return days
 
 
+def _workers(text: str) -> int:
+    workers = int(text) if text.strip().lstrip("+").isdigit() else 0
+    if workers < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of processes above 0, not {text!r}"
+        )
+    return workers
+
+
 def _import_blazar(args: argparse.Namespace) -> None:
     from climate.backends import load_backend
     from climate.backends.base import Timeboxed
@@ -218,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="serve noauth on a non-loopback address anyway",
             )
-            p.add_argument("--workers", type=int, default=1, help="API processes (api only)")
+            p.add_argument("--workers", type=_workers, default=1, help="API processes (default 1)")
     p = sub.add_parser("db", help="database schema")
     p.add_argument(
         "action", choices=["upgrade", "current"], help="migrate to the latest schema, or show it"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -91,10 +93,9 @@ class Database:
         self.url = url
         self.engine = _make_engine(url, echo)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # SQLite has one writer at a time and its busy handler polls with sleeps, unfairly: under
-        # load a writer can starve. Writers of this process queue on a lock instead.
-        self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
-        self._checkpoints = Checkpoints(self.engine) if _sqlite_file(url) else None
+        path = _sqlite_file(url)
+        self._writers = Writers(path) if self.dialect == "sqlite" else None
+        self._checkpoints = Checkpoints(self.engine) if path else None
 
     @property
     def dialect(self) -> str:
@@ -207,10 +208,10 @@ class Database:
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[None]:
-        if self._write_lock is None:
+        if self._writers is None:
             yield
             return
-        with self._write_lock:
+        with self._writers.turn():
             yield
 
     @contextlib.contextmanager
@@ -222,7 +223,60 @@ class Database:
     def dispose(self) -> None:
         if self._checkpoints is not None:
             self._checkpoints.close()
+        if self._writers is not None:
+            self._writers.close()
         self.engine.dispose()
+
+
+class Writers:
+    """SQLite's writers, one at a time, queued on locks that block instead of polling: this
+    process's threads on a lock, and for a database file every process on an exclusive
+    ``flock`` of the file ``<database>-writers`` beside it, which the kernel hands to the next
+    waiter as soon as it is released (and releases if its holder dies, kill -9 included).
+
+    SQLite's own busy handler polls with sleeps growing to 100 ms, unfairly: a writer can
+    starve under load, and between the two processes of ``climate api --workers 2`` writes
+    waited up to seconds. It stays as the guard for writers that do not come through here
+    (migrations, another program).
+    """
+
+    SUFFIX = "-writers"
+
+    def __init__(self, path: str | None) -> None:
+        self._threads = threading.Lock()
+        self._file: int | None = None
+        if path is not None:
+            try:
+                self._file = os.open(
+                    path + self.SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+                )
+            except OSError as exc:
+                LOG.warning(
+                    "%s: cannot open %s (%s): writers of other processes wait in SQLite's busy "
+                    "handler",
+                    path,
+                    path + self.SUFFIX,
+                    exc.strerror,
+                )
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Held while this writer's transaction runs."""
+        with self._threads:
+            if self._file is None:
+                yield
+                return
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._file, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._threads:
+            if self._file is not None:
+                os.close(self._file)
+                self._file = None
 
 
 class Checkpoints:
@@ -284,9 +338,10 @@ class Checkpoints:
             LOG.warning("SQLite WAL checkpoint failed", exc_info=True)
 
 
-def _sqlite_file(url: str) -> bool:
+def _sqlite_file(url: str) -> str | None:
+    """The database file of a SQLite URL; None for another database or one in memory."""
     path = url.split("///", 1)[1] if "///" in url else ""
-    return url.startswith("sqlite") and path not in ("", ":memory:")
+    return path if url.startswith("sqlite") and path not in ("", ":memory:") else None
 
 
 def _undo(session: Session) -> None:

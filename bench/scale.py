@@ -16,13 +16,12 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import insert
 
-from bench.server import climate_server
+from bench.server import climate_server, rss_mb
 from bench.stats import percentile, table
 from bench.targets import Target
 
@@ -215,16 +214,6 @@ def http_admissions(
     return timings, codes
 
 
-def peak_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def run_scale(hosts: int, allocations: int, requests: int = 200) -> dict[str, Any]:
     result: dict[str, Any] = {"hosts": hosts, "allocations": allocations}
     state: dict[str, Any] = {}
@@ -247,7 +236,7 @@ def run_scale(hosts: int, allocations: int, requests: int = 200) -> dict[str, An
         result["single_ms"], result["single_codes"] = single, single_codes
         result["eight_ms"], result["eight_codes"] = eight, eight_codes
         result["instance_ms"], result["instance_codes"] = instances, instance_codes
-        result["rss_mb"] = peak_rss_mb(server.pid)
+        result["rss_mb"] = rss_mb(server.pid, "VmHWM")
     return result
 
 

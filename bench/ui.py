@@ -15,19 +15,17 @@ the coming month, starts a real ``climate serve`` on it, then:
 from __future__ import annotations
 
 import datetime as dt
-import os
 import random
 import shutil
 import statistics
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import insert
 
-from bench.server import climate_server
+from bench.server import climate_server, cpu_seconds
 from bench.stats import percentile, table
 from bench.targets import Target
 
@@ -112,12 +110,6 @@ def seed(database_url: str, hosts: int, leases: int, start: dt.datetime) -> None
     db.dispose()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _timed_gets(
     base_url: str, pid: int, params: dict[str, str], headers: dict[str, str], samples: int
 ) -> tuple[list[float], dict[str, int]]:
@@ -125,7 +117,7 @@ def _timed_gets(
     per request (what the answer costs whatever else the machine runs)."""
     times = []
     counts: dict[str, int] = {}
-    cpu = _cpu_seconds(pid)
+    cpu = cpu_seconds(pid)
     with httpx.Client(base_url=base_url, headers=headers, timeout=60) as http:
         for _ in range(samples):
             began = time.perf_counter()
@@ -140,7 +132,7 @@ def _timed_gets(
                 "leases": len(found["leases"]),
                 "bytes": len(response.content),
             }
-    counts["cpu_ms"] = round((_cpu_seconds(pid) - cpu) * 1000 / samples)
+    counts["cpu_ms"] = round((cpu_seconds(pid) - cpu) * 1000 / samples)
     return times, counts
 
 

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from climate import inputs
+from climate.api.allocation_renders import AllocationRenders
 from climate.api.auth import Authenticator
 from climate.api.lease_renders import Renders
 from climate.context import Page
@@ -43,6 +44,7 @@ class Services:
     idle: IdleService
     max_body_bytes: int
     lease_renders: Renders = field(default_factory=Renders)
+    allocation_renders: AllocationRenders = field(default_factory=AllocationRenders)
 
 
 # The cheap dependencies are ``async``: FastAPI runs a plain ``def`` dependency on the thread pool.

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from climate import wire
+from climate.api.allocation_renders import allocation
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, optional_date
 from climate.api.schemas import body, validated
@@ -30,37 +30,6 @@ from climate.services.hosts import HostAllocations
 
 router = APIRouter(prefix="/v1/os-hosts", tags=["hosts"])
 HOST_ALLOCATION, HOST_ALLOCATIONS = allocations(HostAllocation)
-
-
-class Allocated(Protocol):
-    """A row of an allocation endpoint: one reservation's use of one resource."""
-
-    @property
-    def reservation_id(self) -> str: ...
-    @property
-    def lease_id(self) -> str: ...
-    @property
-    def start_date(self) -> str: ...
-    @property
-    def end_date(self) -> str: ...
-
-
-def allocation(resource_id: int, rows: Sequence[Allocated], *extra: str) -> dict[str, object]:
-    """One resource's allocations as Blazar shows them; each reservation also shows the
-    ``extra`` fields of its row (a volume's ``size_gb``, an instance ``count``)."""
-    reservations = [
-        {
-            "id": row.reservation_id,
-            "lease_id": row.lease_id,
-            "start_date": row.start_date,
-            "end_date": row.end_date,
-        }
-        for row in rows
-    ]
-    if extra:
-        for shown, row in zip(reservations, rows, strict=True):
-            shown.update((name, getattr(row, name)) for name in extra)
-    return {"resource_id": str(resource_id), "reservations": reservations}
 
 
 def _allocation(found: HostAllocations) -> dict[str, object]:
@@ -109,10 +78,10 @@ FiltersDep = Annotated[AllocationFilters, Depends()]
 @router.get("/allocations", responses=answers(200, HOST_ALLOCATIONS, V1))
 def list_allocations(
     services: ServicesDep, actor: ActorDep, filters: FiltersDep, page: PageDep
-) -> JSONResponse:
+) -> Response:
     """A page of hosts (by id; ``marker`` is a ``resource_id``) with their allocations."""
     found = services.hosts.allocations(actor, page=page, **filters.as_arguments())
-    return JSONResponse({"allocations": [_allocation(a) for a in found]})
+    return Response(services.allocation_renders.body(found), media_type="application/json")
 
 
 @router.get("/properties", responses=answers(200, PropertyList, V1))

@@ -253,7 +253,7 @@ def allocations(
         )
         .join(Lease, Lease.id == HostAllocation.lease_id)
         .where(Lease.deleted_at.is_(None))
-        .order_by(HostAllocation.host_id, HostAllocation.start_date)
+        .order_by(HostAllocation.host_id, HostAllocation.start_date, HostAllocation.reservation_id)
     )
     if host_range is not None:
         query = query.where(HostAllocation.host_id.between(*host_range))
@@ -267,6 +267,40 @@ def allocations(
         end=end,
     )
     return list(map(AllocationRow._make, session.connection().execute(query).all()))
+
+
+class ListedRow(NamedTuple):
+    """An allocation of a live lease as ``allocation_listing`` keeps it: an ``AllocationRow``
+    with the lease's project."""
+
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    project_id: str
+    start_date: str
+    end_date: str
+
+
+def listed_allocations(
+    session: Session, after: dt.datetime, reservation_ids: Collection[str] | None = None
+) -> list[ListedRow]:
+    """The allocations of live leases that end after ``after`` (of these reservations only,
+    unless None), with each lease's project."""
+    query = (
+        select(
+            HostAllocation.host_id,
+            HostAllocation.reservation_id,
+            HostAllocation.lease_id,
+            Lease.project_id,
+            iso_text(HostAllocation.start_date),
+            iso_text(HostAllocation.end_date),
+        )
+        .join(Lease, Lease.id == HostAllocation.lease_id)
+        .where(Lease.deleted_at.is_(None), HostAllocation.end_date > after)
+    )
+    if reservation_ids is not None:
+        query = query.where(HostAllocation.reservation_id.in_(list(reservation_ids)))
+    return list(map(ListedRow._make, session.connection().execute(query).all()))
 
 
 def property_settings(session: Session) -> dict[str, ResourceProperty]:

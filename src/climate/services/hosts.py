@@ -16,6 +16,7 @@ from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
+from climate.db.allocation_listing import HostAllocationListing, lease_text
 from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
@@ -43,7 +44,12 @@ class PropertyInfo:
 @dataclass(frozen=True)
 class HostAllocations:
     host_id: int
-    reservations: list[host_rows.AllocationRow]
+    reservations: Sequence[host_rows.AllocationRow | host_rows.ListedRow]
+    stamp: int | None = None
+    """The host's stamp in ``HostAllocationListing`` when these are all its rows ending after
+    ``since`` (None: read from the database, or only some of them)."""
+    since: str = ""
+    """``since`` as lease text (``allocation_listing.lease_text``)."""
 
 
 class HostService:
@@ -51,6 +57,7 @@ class HostService:
         self.ctx = ctx
         self.backend = backend
         """Enrols each new host (``Enrol``): what the cloud knows of it fills its fields."""
+        self.listing = HostAllocationListing()
 
     def create(self, actor: Actor, name: object, fields: Mapping[str, Any]) -> Host:
         """Register a host. Known inventory fields fill columns; all others become properties."""
@@ -226,7 +233,9 @@ class HostService:
         """Allocations per host from ``start`` (default now) on, a page of hosts (by id) at a
         time; a caller whom the ``admin`` rule does not cover sees only their project's."""
         self.ctx.policy.enforce(actor, "blazar:oshosts:get_allocations", actor.owner())
-        since = start or self.ctx.clock.now()
+        now = self.ctx.clock.now()
+        since = start or now
+        scope = self.ctx.policy.scope(actor)
         with self.ctx.db.reader() as session:
             if host_id is not None:
                 ids: Sequence[int] = [_load(session, host_id).id]
@@ -234,12 +243,16 @@ class HostService:
                 ids = self._page(session, page, host_rows.ids)  # no host loaded
             if not ids:
                 return []
+            if lease_id is None and reservation_id is None and end is None:
+                kept = self.listing.per_host(session, ids, since, now)
+                if kept is not None:
+                    return _shown(kept, lease_text(since), scope)
             rows = host_rows.allocations(
                 session,
                 host_range=(ids[0], ids[-1]),
                 lease_id=lease_id,
                 reservation_id=reservation_id,
-                project_id=self.ctx.policy.scope(actor),
+                project_id=scope,
                 start=since,
                 end=end,
             )
@@ -262,6 +275,21 @@ class HostService:
             sort_keys=host_rows.HOST_SORT_KEYS,
             cap=self.ctx.settings.max_page_size,
         )
+
+
+def _shown(
+    kept: Sequence[tuple[int, int, Sequence[host_rows.ListedRow]]], since: str, scope: str | None
+) -> list[HostAllocations]:
+    """The kept rows ending after ``since`` (lease text), of project ``scope`` unless None."""
+    if scope is not None:
+        return [
+            HostAllocations(h, [r for r in rows if r.end_date > since and r.project_id == scope])
+            for h, _, rows in kept
+        ]
+    return [
+        HostAllocations(h, [r for r in rows if r.end_date > since], stamp, since)
+        for h, stamp, rows in kept
+    ]
 
 
 def wake_queue(ctx: ServiceContext, session: Session, now: dt.datetime) -> None:

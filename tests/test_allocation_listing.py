@@ -1,0 +1,188 @@
+"""``GET /v1/os-hosts/allocations`` answers from the rows each process keeps per host
+(``db/allocation_listing.py``) and the JSON kept per host (``api/allocation_renders.py``): what
+it answers must be, byte for byte, what the database holds, whatever happened in between and
+whichever process wrote it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from climate.api.allocation_renders import AllocationRenders
+from climate.backends.standalone import StandaloneBackend
+from climate.config import load_settings
+from climate.db.engine import Database
+from climate.domain.actor import Actor
+from climate.domain.clock import ManualClock
+from climate.errors import ClimateError
+from climate.manager.service import Manager
+from climate.runtime import build_context
+from climate.services.hosts import HostService
+from climate.services.leases import LeaseChanges, LeaseService
+from tests.conftest import ADMIN, ALICE, BOB, T0, _reset_pg
+from tests.helpers import host_request
+
+HOUR = dt.timedelta(hours=1)
+FAR = T0 + dt.timedelta(days=3650)
+
+
+def fresh(hosts: HostService, actor: Actor, **asked: dt.datetime) -> bytes:
+    """The listing read from the database: an ``end`` far away keeps every row and leaves the
+    kept rows aside."""
+    return AllocationRenders().body(hosts.allocations(actor, end=FAR, **asked))
+
+
+def kept(
+    renders: AllocationRenders, hosts: HostService, actor: Actor, **asked: dt.datetime
+) -> bytes:
+    return renders.body(hosts.allocations(actor, **asked))
+
+
+@contextmanager
+def database(kind: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "climate.db"
+            shutil.copy(request.getfixturevalue("sqlite_template"), path)
+            yield f"sqlite:///{path}"
+    else:
+        url: str = request.getfixturevalue("pg_url")
+        _reset_pg(url)
+        yield url
+
+
+def test_the_listing_shows_a_booking_at_once_and_forgets_a_deleted_lease(
+    sqlite_url: str, clock: ManualClock
+) -> None:
+    db = Database(sqlite_url)
+    ctx = build_context(load_settings(env={}), db, clock)
+    hosts, leases = HostService(ctx), LeaseService(ctx)
+    for name in ("node-1", "node-2"):
+        hosts.create(ADMIN, name, {"vcpus": 8})
+    renders = AllocationRenders()
+    empty = kept(renders, hosts, ADMIN)
+    assert empty == b'{"allocations":[{"resource_id":"1","reservations":[]},' + (
+        b'{"resource_id":"2","reservations":[]}]}'
+    )
+    lease = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
+    shown = kept(renders, hosts, ADMIN)
+    assert lease.id.encode() in shown
+    assert shown == fresh(hosts, ADMIN)
+    leases.delete(ALICE, lease.id)
+    assert kept(renders, hosts, ADMIN) == empty
+    db.dispose()
+
+
+def test_an_allocation_leaves_the_listing_once_it_has_ended(
+    sqlite_url: str, clock: ManualClock
+) -> None:
+    db = Database(sqlite_url)
+    ctx = build_context(load_settings(env={}), db, clock)
+    hosts, leases = HostService(ctx), LeaseService(ctx)
+    hosts.create(ADMIN, "node-1", {"vcpus": 8})
+    lease = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
+    renders = AllocationRenders()
+    assert lease.id.encode() in kept(renders, hosts, ADMIN)
+    clock.advance(2 * HOUR)
+    assert lease.id.encode() not in kept(renders, hosts, ADMIN)
+    assert kept(renders, hosts, ADMIN) == fresh(hosts, ADMIN)
+    db.dispose()
+
+
+def test_a_listing_from_before_what_is_kept_is_read_from_the_database(
+    sqlite_url: str, clock: ManualClock
+) -> None:
+    db = Database(sqlite_url)
+    ctx = build_context(load_settings(env={}), db, clock)
+    hosts, leases = HostService(ctx), LeaseService(ctx)
+    hosts.create(ADMIN, "node-1", {"vcpus": 8})
+    lease = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
+    renders = AllocationRenders()
+    clock.advance(3 * HOUR)
+    assert lease.id.encode() not in kept(renders, hosts, ADMIN)
+    earlier = kept(renders, hosts, ADMIN, start=T0)
+    assert lease.id.encode() in earlier
+    assert earlier == fresh(hosts, ADMIN, start=T0)
+    db.dispose()
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "create", "update", "delete", "advance", "host", "unhost"]),
+        st.sampled_from([ALICE, BOB]),
+        st.integers(0, 7),
+        st.integers(0, 12),
+        st.integers(1, 4),
+    ),
+    min_size=1,
+    max_size=14,
+)
+Step = tuple[str, Actor, int, int, int]
+
+
+@pytest.mark.parametrize(("kind", "examples"), [("sqlite", 25), ("postgresql", 10)])
+def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
+    kind: str, examples: int, request: pytest.FixtureRequest
+) -> None:
+    """Writes go through one process's services; the listing is asked of that process and of
+    another one (its own kept rows, caught up through the allocation log), as the admin and
+    as each project."""
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(history=steps)
+    def check(history: list[Step]) -> None:
+        with database(kind, request) as url:
+            db, other_db = Database(url), Database(url)
+            clock = ManualClock(T0)
+            config = load_settings(env={}, event_retry_base_seconds=0.0)
+            ctx = build_context(config, db, clock)
+            leases, hosts = LeaseService(ctx), HostService(ctx)
+            other = HostService(build_context(config, other_db, clock))
+            manager = Manager(ctx, StandaloneBackend())
+            for name in ("node-a", "node-b", "node-c"):
+                hosts.create(ADMIN, name, {"vcpus": 8})
+            renders, other_renders = AllocationRenders(), AllocationRenders()
+            made: list[tuple[Actor, str]] = []
+            for i, (step, actor, pick, hours, length) in enumerate(history):
+                start = clock.now() + hours * HOUR
+                try:
+                    if step == "create":
+                        wanted = host_request(f"l{i}", start, start + length * HOUR, 1 + pick % 2)
+                        made.append((actor, leases.create(actor, wanted).id))
+                    elif step == "update" and made:
+                        owner, lease_id = made[pick % len(made)]
+                        moved = LeaseChanges(start=start, end=start + length * HOUR)
+                        leases.update(owner, lease_id, moved)
+                    elif step == "delete" and made:
+                        owner, lease_id = made.pop(pick % len(made))
+                        leases.delete(owner, lease_id)
+                    elif step == "advance":
+                        clock.advance(hours * HOUR)
+                        manager.run_due()
+                    elif step == "host":
+                        hosts.create(ADMIN, f"node-{i}", {"vcpus": 8})
+                    elif step == "unhost":
+                        listed = hosts.list_all(ADMIN)
+                        hosts.delete(ADMIN, str(listed[pick % len(listed)].id))
+                except ClimateError:
+                    pass  # refused: the listing still holds
+                for who in (ADMIN, ALICE, BOB):
+                    expected = fresh(hosts, who)
+                    assert kept(renders, hosts, who) == expected
+                    assert kept(other_renders, other, who) == expected
+            db.dispose()
+            other_db.dispose()
+
+    check()

@@ -34,16 +34,16 @@ HOUR = dt.timedelta(hours=1)
 FAR = T0 + dt.timedelta(days=3650)
 
 
-def fresh(hosts: HostService, actor: Actor, **asked: dt.datetime) -> bytes:
+def fresh(hosts: HostService, actor: Actor, start: dt.datetime | None = None) -> bytes:
     """The listing read from the database: an ``end`` far away keeps every row and leaves the
     kept rows aside."""
-    return AllocationRenders().body(hosts.allocations(actor, end=FAR, **asked))
+    return AllocationRenders().body(hosts.allocations(actor, start=start, end=FAR))
 
 
 def kept(
-    renders: AllocationRenders, hosts: HostService, actor: Actor, **asked: dt.datetime
+    renders: AllocationRenders, hosts: HostService, actor: Actor, start: dt.datetime | None = None
 ) -> bytes:
-    return renders.body(hosts.allocations(actor, **asked))
+    return renders.body(hosts.allocations(actor, start=start))
 
 
 @contextmanager
@@ -173,8 +173,7 @@ def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
                         manager.run_due()
                     elif step == "host":
                         hosts.create(ADMIN, f"node-{i}", {"vcpus": 8})
-                    elif step == "unhost":
-                        listed = hosts.list_all(ADMIN)
+                    elif step == "unhost" and (listed := hosts.list_all(ADMIN)):
                         hosts.delete(ADMIN, str(listed[pick % len(listed)].id))
                 except ClimateError:
                     pass  # refused: the listing still holds

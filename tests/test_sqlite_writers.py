@@ -75,6 +75,30 @@ def test_a_writer_holds_the_turn_until_its_transaction_ends(db: Database, path: 
         assert _free(path)
 
 
+def test_what_runs_on_commit_runs_once_the_turn_is_released(db: Database, path: str) -> None:
+    """A commit's own follow-ups (audit lines, waking the manager, deleting a Keystone trust)
+    keep no other writer waiting: the turn is free when they run, and one may even write."""
+    seen: list[bool] = []
+
+    def write() -> None:
+        with db.transaction() as session:
+            session.execute(text("INSERT INTO scratch (n) VALUES (2)"))
+
+    def follow_up() -> None:
+        seen.append(_free(path))
+        writer = threading.Thread(target=write)  # the turn is this process's too
+        writer.start()
+        writer.join(timeout=10)
+        seen.append(not writer.is_alive())
+
+    with db.transaction() as session:
+        session.execute(text("CREATE TABLE scratch (n INTEGER)"))
+        session.info.setdefault("on_commit", []).append(follow_up)
+    assert seen == [True, True]
+    with db.reader() as session:
+        assert session.execute(text("SELECT n FROM scratch")).scalars().all() == [2]
+
+
 def test_a_writer_of_another_process_waits_for_the_turn_then_writes(
     db: Database, sqlite_url: str
 ) -> None:

@@ -123,11 +123,16 @@ class Database:
         In-memory state that follows the database (caches) registers callables in
         ``session.info["on_rollback"]`` and ``session.info["on_commit"]``; they run once the
         outcome is known. Undoing runs before the rollback, while the lock is still held: once
-        it is released another transaction of this process may read that state.
+        it is released another transaction of this process may read that state. What runs on
+        commit runs once SQLite's writer turn is released (logging the audit lines, waking the
+        manager, deleting a Keystone trust): the next writer does not wait for it. A cache
+        marking itself current there may be overtaken by a later writer's mark; it then only
+        catches up again on what it holds already.
         Callables in ``session.info["after_rollback"]`` run once a failed transaction's
         session is closed and its lock released: they may open transactions of their own.
         """
         later: list[Callable[[], None]] = []
+        committed: list[Callable[[], None]] = []
         try:
             with self._writer(), self._sessions() as session:
                 session.info["after_rollback"] = later
@@ -155,12 +160,13 @@ class Database:
                     return
                 if self._checkpoints is not None:
                     self._checkpoints.committed()
-                for done in session.info.pop("on_commit", []):
-                    done()
+                committed = session.info.pop("on_commit", [])
         except BaseException:
             for then in later:
                 then()
             raise
+        for done in committed:
+            done()
 
     @staticmethod
     def lock(session: Session, name: str) -> None:

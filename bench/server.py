@@ -22,6 +22,9 @@ import psycopg
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
+BASELINE_SRC = "BENCH_SERVER_SRC"
+"""An older checkout's ``src`` to run the servers from (the benchmark's own code stays this
+checkout's): ``BENCH_SERVER_SRC=/tmp/old/src python -m bench ...`` measures a baseline."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ def _server_env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLIMATE_")}
     env["CLIMATE_DATA_DIR"] = str(data_dir)
     env["CLIMATE_AUTH"] = "noauth"
+    baseline = os.environ.get(BASELINE_SRC)
+    if baseline:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [baseline, env.get("PYTHONPATH")]))
     return env
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from climate.db.engine import Database, Writers
+from climate.db.engine import AFTER_COMMIT, Database, Writers
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_a_writer_holds_the_turn_until_its_transaction_ends(db: Database, path: 
         assert _free(path)
 
 
-def test_what_runs_on_commit_runs_once_the_turn_is_released(db: Database, path: str) -> None:
+def test_what_follows_a_commit_runs_once_the_turn_is_released(db: Database, path: str) -> None:
     """A commit's own follow-ups (audit lines, waking the manager, deleting a Keystone trust)
     keep no other writer waiting: the turn is free when they run, and one may even write."""
     seen: list[bool] = []
@@ -93,7 +93,7 @@ def test_what_runs_on_commit_runs_once_the_turn_is_released(db: Database, path: 
 
     with db.transaction() as session:
         session.execute(text("CREATE TABLE scratch (n INTEGER)"))
-        session.info.setdefault("on_commit", []).append(follow_up)
+        session.info.setdefault(AFTER_COMMIT, []).append(follow_up)
     assert seen == [True, True]
     with db.reader() as session:
         assert session.execute(text("SELECT n FROM scratch")).scalars().all() == [2]

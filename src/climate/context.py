@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, object_session
 from climate.backends.base import Handover
 from climate.config import Settings
 from climate.db import leases as lease_rows
-from climate.db.engine import Database
+from climate.db.engine import AFTER_COMMIT, Database
 from climate.db.tables import Host, Lease, Reservation
 from climate.domain.actor import Actor
 from climate.domain.clock import Clock
@@ -107,7 +107,7 @@ class ServiceContext:
         horizon = self.clock.now() + dt.timedelta(seconds=self.settings.max_wait_seconds)
         if earliest <= horizon:
             lease_rows.signal_event_change(session, earliest)
-        session.info.setdefault("on_commit", []).append(lambda: self.wake_manager(earliest))
+        session.info.setdefault(AFTER_COMMIT, []).append(lambda: self.wake_manager(earliest))
 
 
 HOST_BASED = frozenset({"physical:host", "virtual:instance"})

@@ -19,6 +19,7 @@ from sqlalchemy import Table, event, insert, literal, select
 from sqlalchemy.orm import Session
 
 from climate.db import raw
+from climate.db.engine import AFTER_COMMIT
 from climate.db.leases import string_rows
 from climate.db.records import AuditLog
 from climate.db.types import UTCDateTime
@@ -179,4 +180,4 @@ def _log_on_commit(session: Session, rows: list[dict[str, Any]]) -> None:
             line["detail"] = json.loads(row["detail"]) if row["detail"] else None
             LOG.info(json.dumps(line, sort_keys=True))
 
-    session.info.setdefault("on_commit", []).append(log)
+    session.info.setdefault(AFTER_COMMIT, []).append(log)

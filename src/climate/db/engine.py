@@ -25,6 +25,9 @@ from climate.db.tables import Lock, table_of
 ADMISSION_LOCK = "admission"
 _SHARED = "admission_shared"
 CHANGED = "allocations_changed"
+AFTER_COMMIT = "after_commit"
+"""``session.info`` key: what to do once a write transaction has committed and SQLite's
+writers' turn is released (``Database.transaction``)."""
 """A shared admission's reservations whose allocations it changed, logged as it commits."""
 EXCLUSION_VIOLATION = "23P01"
 INVENTORY_VERSION = "inventory"
@@ -123,11 +126,10 @@ class Database:
         In-memory state that follows the database (caches) registers callables in
         ``session.info["on_rollback"]`` and ``session.info["on_commit"]``; they run once the
         outcome is known. Undoing runs before the rollback, while the lock is still held: once
-        it is released another transaction of this process may read that state. What runs on
-        commit runs once SQLite's writer turn is released (logging the audit lines, waking the
-        manager, deleting a Keystone trust): the next writer does not wait for it. A cache
-        marking itself current there may be overtaken by a later writer's mark; it then only
-        catches up again on what it holds already.
+        it is released another transaction of this process may read that state. What follows a
+        commit outside the database (logging the audit lines, waking the manager, deleting a
+        Keystone trust) goes in ``session.info[AFTER_COMMIT]``: it runs once SQLite's writers'
+        turn is released, so that the next writer does not wait for it.
         Callables in ``session.info["after_rollback"]`` run once a failed transaction's
         session is closed and its lock released: they may open transactions of their own.
         """
@@ -160,7 +162,9 @@ class Database:
                     return
                 if self._checkpoints is not None:
                     self._checkpoints.committed()
-                committed = session.info.pop("on_commit", [])
+                for done in session.info.pop("on_commit", []):
+                    done()
+                committed = session.info.pop(AFTER_COMMIT, [])
         except BaseException:
             for then in later:
                 then()

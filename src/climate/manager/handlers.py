@@ -34,6 +34,7 @@ from climate.backends.base import (
 from climate.context import ServiceContext
 from climate.db import audit
 from climate.db import events as event_rows
+from climate.db.engine import AFTER_COMMIT
 from climate.db.tables import Event, Lease, Reservation
 from climate.domain.status import (
     LEASE_TRANSITIONS,
@@ -303,7 +304,7 @@ class EventHandlers:
             backend_records.ended(session, handovers)
             for step in done:
                 if step.lease.trust_id is not None:  # ended: the lease needs its trust no more
-                    session.info.setdefault("on_commit", []).append(
+                    session.info.setdefault(AFTER_COMMIT, []).append(
                         partial(self.ctx.forget_trust, step.lease.trust_id)
                     )
 

@@ -59,14 +59,23 @@ def database(kind: str, request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
 
 
-def test_the_listing_shows_a_booking_at_once_and_forgets_a_deleted_lease(
-    sqlite_url: str, clock: ManualClock
-) -> None:
+Two = tuple[HostService, LeaseService, ManualClock]
+
+
+@pytest.fixture
+def two(sqlite_url: str, clock: ManualClock) -> Iterator[Two]:
+    """Two hosts, the services over them and their clock."""
     db = Database(sqlite_url)
     ctx = build_context(load_settings(env={}), db, clock)
-    hosts, leases = HostService(ctx), LeaseService(ctx)
+    hosts = HostService(ctx)
     for name in ("node-1", "node-2"):
         hosts.create(ADMIN, name, {"vcpus": 8})
+    yield hosts, LeaseService(ctx), clock
+    db.dispose()
+
+
+def test_the_listing_shows_a_booking_at_once_and_forgets_a_deleted_lease(two: Two) -> None:
+    hosts, leases, _ = two
     renders = AllocationRenders()
     empty = kept(renders, hosts, ADMIN)
     assert empty == b'{"allocations":[{"resource_id":"1","reservations":[]},' + (
@@ -78,32 +87,20 @@ def test_the_listing_shows_a_booking_at_once_and_forgets_a_deleted_lease(
     assert shown == fresh(hosts, ADMIN)
     leases.delete(ALICE, lease.id)
     assert kept(renders, hosts, ADMIN) == empty
-    db.dispose()
 
 
-def test_an_allocation_leaves_the_listing_once_it_has_ended(
-    sqlite_url: str, clock: ManualClock
-) -> None:
-    db = Database(sqlite_url)
-    ctx = build_context(load_settings(env={}), db, clock)
-    hosts, leases = HostService(ctx), LeaseService(ctx)
-    hosts.create(ADMIN, "node-1", {"vcpus": 8})
+def test_an_allocation_leaves_the_listing_once_it_has_ended(two: Two) -> None:
+    hosts, leases, clock = two
     lease = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
     renders = AllocationRenders()
     assert lease.id.encode() in kept(renders, hosts, ADMIN)
     clock.advance(2 * HOUR)
     assert lease.id.encode() not in kept(renders, hosts, ADMIN)
     assert kept(renders, hosts, ADMIN) == fresh(hosts, ADMIN)
-    db.dispose()
 
 
-def test_a_listing_from_before_what_is_kept_is_read_from_the_database(
-    sqlite_url: str, clock: ManualClock
-) -> None:
-    db = Database(sqlite_url)
-    ctx = build_context(load_settings(env={}), db, clock)
-    hosts, leases = HostService(ctx), LeaseService(ctx)
-    hosts.create(ADMIN, "node-1", {"vcpus": 8})
+def test_a_listing_from_before_what_is_kept_is_read_from_the_database(two: Two) -> None:
+    hosts, leases, clock = two
     lease = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
     renders = AllocationRenders()
     clock.advance(3 * HOUR)
@@ -111,7 +108,6 @@ def test_a_listing_from_before_what_is_kept_is_read_from_the_database(
     earlier = kept(renders, hosts, ADMIN, start=T0)
     assert lease.id.encode() in earlier
     assert earlier == fresh(hosts, ADMIN, start=T0)
-    db.dispose()
 
 
 steps = st.lists(

@@ -6,7 +6,8 @@ keeps them per host and catches up as the calendars do (``calendar_cache``): the
 version numbers every committed change of an allocation table (allocations change only under
 the admission lock), and ``allocation_changes`` names the reservations each change touched.
 Those are read again; the rest is kept. Each host carries a stamp that moves whenever its rows
-change, so that a caller can keep what it made of a host's rows (``api/hosts.py``: their JSON).
+change, so that a caller can keep what it made of a host's rows (their JSON:
+``api/allocation_renders.py``).
 """
 
 from __future__ import annotations

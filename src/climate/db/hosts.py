@@ -14,7 +14,7 @@ from climate.db import allocations as allocation_rows
 from climate.db import raw
 from climate.db.allocations import narrowed
 from climate.db.engine import INVENTORY_VERSION
-from climate.db.leases import after_marker, keyset_order
+from climate.db.leases import after_marker, among, keyset_order
 from climate.db.tables import (
     Host,
     HostAllocation,
@@ -299,7 +299,7 @@ def listed_allocations(
         .where(Lease.deleted_at.is_(None), HostAllocation.end_date > after)
     )
     if reservation_ids is not None:
-        query = query.where(HostAllocation.reservation_id.in_(list(reservation_ids)))
+        query = query.where(among(session, HostAllocation.reservation_id, reservation_ids))
     return list(map(ListedRow._make, session.connection().execute(query).all()))
 
 

@@ -89,7 +89,9 @@ def test_serve_with_workers_runs_the_manager_beside_them(sqlite_url: str) -> Non
 
         def create(i: int) -> int:
             # A connection each: the kernel hands them to either worker.
-            return httpx.post(f"{url}/v1/leases", json=body | {"name": f"race-{i}"}).status_code
+            named = body | {"name": f"race-{i}"}
+            # Correctness, not speed: on a loaded 2-core machine 64 writes in turn take a while.
+            return httpx.post(f"{url}/v1/leases", json=named, timeout=60).status_code
 
         with ThreadPoolExecutor(16) as pool:
             codes = list(pool.map(create, range(64)))

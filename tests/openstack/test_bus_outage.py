@@ -91,25 +91,43 @@ def broker_stopped(env: dict[str, str]) -> Iterator[None]:
         _nova_back(env, before)
 
 
+def _reports(cloud: Any) -> dict[str, tuple[str, str]]:
+    """Each nova-compute's state and the time of its last status report (ISO 8601, UTC)."""
+    return {
+        s.host: (s.state, s.updated_at or "")
+        for s in cloud.compute.services()
+        if s.binary == "nova-compute"
+    }
+
+
 def _nova_back(env: dict[str, str], before: dict[str, int]) -> None:
     """Wait until every queue that had consumers before the stop has them again, and every
-    nova-compute reports up.
+    nova-compute has reported its status since the broker came back.
 
     The restart drops Nova's queues (they are not durable); each service declares its own again
     when oslo.messaging reconnects, with a backoff of its own. Until the scheduler's queue and the
     conductor's reply queue are back, a boot's RPC is dropped unrouted and the server waits out
-    the call's 60 s timeout. A nova-compute whose status report timed out while the broker was
-    away reads down (Nova's ComputeFilter then refuses it) until its next report gets through.
-    The tests after this one boot servers."""
+    the call's 60 s timeout. A nova-compute whose status report was in flight when the broker
+    went away waits out that same timeout before it reports again: it still reads up at first,
+    then down once its last report is older than ``service_down_time`` (Nova's ComputeFilter then
+    refuses it, and a boot ends in ERROR with NoValidHost) until a report gets through. So a
+    report newer than the restart is what proves a compute whole. The tests after this one boot
+    servers."""
     cloud = admin_connection(env)
+    reported = {host: at for host, (_, at) in _reports(cloud).items()}
     deadline = time.monotonic() + 180
     while True:
         now = _consumers(env)
         missing = {name: n for name, n in before.items() if now.get(name, 0) < n}
-        states = {s.host: s.state for s in cloud.compute.services() if s.binary == "nova-compute"}
-        if not missing and states and all(state == "up" for state in states.values()):
+        states = _reports(cloud)
+        stale = {
+            host: state
+            for host, (state, at) in states.items()
+            if state != "up" or at <= reported.get(host, "")
+        }
+        if not missing and states and not stale:
             return
-        assert time.monotonic() < deadline, f"Nova not back: queues {missing}, computes {states}"
+        assert time.monotonic() < deadline, f"Nova not back: queues {missing}, computes {stale}"
         time.sleep(1)
 
 

@@ -16,7 +16,15 @@ from bench.availability import availability_targets, print_availability, run_ava
 from bench.growth import print_growth, run_growth
 from bench.instances import print_instances, run_instances
 from bench.limit import limit_targets, print_limit, run_limit
-from bench.mixed import QUICK, MixedConfig, mixed_targets, print_mixed, run_mixed
+from bench.mixed import (
+    BASELINE_REV,
+    QUICK,
+    MixedConfig,
+    mixed_targets,
+    print_mixed,
+    run_mixed,
+    run_mixed_against,
+)
 from bench.openstack import openstack_targets, print_openstack, run_openstack
 from bench.profiling import read_collapsed, sampled
 from bench.quality import print_quality, quality_targets, run_quality
@@ -99,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="mixed: API processes of climate serve (--workers; default %(default)s)",
+    )
+    p.add_argument(
+        "--mixed-against",
+        default=BASELINE_REV,
+        metavar="REV",
+        help="mixed: first the same load on this commit's server (one process, from a git "
+        "worktree of this repository), the baseline of the throughput target; '' for none "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--quick",
@@ -349,7 +365,10 @@ def _mixed(args: argparse.Namespace, stamp: str) -> dict[str, Any]:
             return contextlib.nullcontext()
         return sampled(server.pid, profile_path, idle=args.profile_idle)
 
-    result = run_mixed(config, around_load=around, keep=args.keep)
+    if args.mixed_against:
+        result = run_mixed_against(config, args.mixed_against, around_load=around, keep=args.keep)
+    else:
+        result = run_mixed(config, around_load=around, keep=args.keep)
     if args.profile:
         # With idle samples, only the stacks of lease creations: where their wall time goes.
         only = "create_lease" if args.profile_idle else ""

@@ -68,12 +68,37 @@ def pg_database(admin_url: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _server_env(data_dir: Path) -> dict[str, str]:
+@contextlib.contextmanager
+def checkout(rev: str) -> Iterator[str]:
+    """The ``src`` of commit ``rev`` of this repository, in a detached worktree removed on
+    leaving: what ``climate_server(server_src=...)`` runs to measure a baseline in the same run.
+    It runs on this checkout's environment, so ``rev`` must need no other dependencies."""
+    where = Path(tempfile.mkdtemp(prefix="climate-baseline-")) / "tree"
+    added = subprocess.run(
+        ["git", "-C", str(Path(__file__).resolve().parent), "worktree", "add", "--detach"]
+        + ["-q", str(where), rev],
+        capture_output=True,
+        text=True,
+    )
+    if added.returncode != 0:
+        shutil.rmtree(where.parent, ignore_errors=True)
+        raise RuntimeError(f"cannot check out {rev}: {added.stderr.strip()}")
+    try:
+        yield str(where / "src")
+    finally:
+        subprocess.run(
+            ["git", "-C", str(where), "worktree", "remove", "--force", str(where)],
+            capture_output=True,
+        )
+        shutil.rmtree(where.parent, ignore_errors=True)
+
+
+def _server_env(data_dir: Path, server_src: str | None) -> dict[str, str]:
     # Defaults only: no operator config or CLIMATE_* variable of the caller leaks in.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLIMATE_")}
     env["CLIMATE_DATA_DIR"] = str(data_dir)
     env["CLIMATE_AUTH"] = "noauth"
-    baseline = os.environ.get(BASELINE_SRC)
+    baseline = server_src or os.environ.get(BASELINE_SRC)
     if baseline:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [baseline, env.get("PYTHONPATH")]))
     return env
@@ -182,6 +207,7 @@ def climate_server(
     api_workers: int = 0,
     serve_workers: int = 1,
     extra_env: Mapping[str, str] | None = None,
+    server_src: str | None = None,
 ) -> Iterator[RunningServer]:
     """Start ``climate serve`` (API + manager) on a fresh database; stop it and clean up after.
 
@@ -191,7 +217,8 @@ def climate_server(
     ``api_workers`` N > 0 it starts ``climate api --workers N`` instead: N API processes and no
     manager, on a database migrated beforehand; with ``serve_workers`` N > 1, ``climate serve
     --workers N``: N API processes and the manager. ``extra_env`` is added to the server's
-    environment (settings as ``CLIMATE_*`` variables, a cloud's ``OS_*``).
+    environment (settings as ``CLIMATE_*`` variables, a cloud's ``OS_*``). ``server_src``, an
+    older checkout's ``src`` (``checkout``), runs that code instead of this checkout's.
     """
     data_dir = Path(tempfile.mkdtemp(prefix="climate-bench-"))
     log_path = data_dir / "server.log"
@@ -218,7 +245,7 @@ def climate_server(
             log = stack.enter_context(log_path.open("wb"))
             proc = subprocess.Popen(
                 args,
-                env={**_server_env(data_dir), **(extra_env or {})},
+                env={**_server_env(data_dir, server_src), **(extra_env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

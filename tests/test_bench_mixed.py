@@ -7,11 +7,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from bench.mixed import ROOT, MixedConfig, mixed_targets, run_mixed
+from bench.mixed import ROOT, MixedConfig, mixed_targets, run_mixed, run_mixed_against
 from bench.mixed_client import WEIGHTS
 from bench.profiling import read_collapsed
+from bench.server import checkout
 
 from tests.conftest import LiveServer
 
@@ -75,3 +77,72 @@ def test_the_load_client_keeps_going_after_refusals(
     refused = [r for r in load["records"] if r[1] == 409]
     assert len(refused) > 2
     assert max(r[3] for r in load["records"]) > 1.5  # both went on to near the deadline
+
+
+def _result(rates: list[float], *, baseline: float | None) -> dict[str, Any]:
+    """A mixed run's figures as ``run_mixed`` gives them, cut to what the targets read."""
+    result: dict[str, Any] = {
+        "config": {"clients": 32, "slice_seconds": 5.0},
+        "requests_per_second": 500.0,
+        "server_errors": 0,
+        "no_answer": 0,
+        "create_latency_ms": {"p99": 240.0},
+        "server": {"rss_mb_end": 200.0},
+        "slices": [{"seconds": 5.0, "requests_per_second": rate} for rate in rates],
+    }
+    if baseline is not None:
+        result["baseline"] = {"rev": "bc8738b", "requests_per_second": baseline}
+    return result
+
+
+def test_throughput_is_judged_against_the_baseline_measured_in_the_same_run() -> None:
+    measured = {t.name: t for t in mixed_targets(_result([100.0] * 12, baseline=100.0))}
+    ratio = measured["requests/s, mixed load, 32 clients, over bc8738b's"]
+    assert (ratio.measured, ratio.verdict) == (5.0, "PASS")
+    assert measured["lease creation p99, mixed load"].verdict == "PASS"
+
+    slower = {t.name: t for t in mixed_targets(_result([100.0] * 12, baseline=101.0))}
+    assert slower["requests/s, mixed load, 32 clients, over bc8738b's"].verdict == "MISS"
+
+    alone = {t.name: t for t in mixed_targets(_result([100.0] * 12, baseline=None))}
+    assert alone["requests/s, mixed load, 32 clients, over bc8738b's"].measured is None
+
+
+def test_throughput_kept_compares_the_first_and_the_last_ten_seconds() -> None:
+    """Slices of 5 s: the first two against the last two, whatever lies between."""
+    rates = [100.0, 80.0, 10.0, 10.0, 70.0, 60.0]
+    kept = {t.name: t for t in mixed_targets(_result(rates, baseline=100.0))}
+    target = kept["requests/s, last 10 s of the mixed load over the first"]
+    assert target.measured == 65.0 / 90.0
+    assert target.verdict == "MISS"
+
+    steady = {t.name: t for t in mixed_targets(_result([90.0, 90.0, 10.0, 82.0, 81.0], baseline=1))}
+    assert steady["requests/s, last 10 s of the mixed load over the first"].verdict == "PASS"
+
+
+@pytest.mark.slow
+def test_a_run_against_another_commit_runs_that_commits_server_first() -> None:
+    """The baseline is a git worktree of the commit, removed afterwards; HEAD stands in for
+    bc8738b here, so the test needs no particular history."""
+    before = set(
+        subprocess.run(
+            ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    )
+    result = run_mixed_against(MixedConfig(clients=2, seconds=2.0, hosts=10), "HEAD")
+
+    assert result["baseline"]["rev"] == "HEAD"
+    assert result["baseline"]["requests_per_second"] > 0
+    assert result["requests"] > 0
+    after = set(
+        subprocess.run(
+            ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    )
+    assert after == before
+
+
+def test_a_baseline_that_cannot_be_checked_out_is_refused_with_git_s_reason() -> None:
+    with pytest.raises(RuntimeError, match="cannot check out no-such-commit"):
+        with checkout("no-such-commit"):
+            pass

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from climate.config import Settings
 from climate.db import allocations, locking
@@ -396,3 +396,37 @@ def test_a_booking_the_database_keeps_refusing_is_a_conflict_naming_the_host(
     assert "hosts [1]" in str(refused.value) and "exclusion constraint" in str(refused.value)
     assert tries == [True, False, False]
     assert _overlaps(first) == 0
+
+
+def test_a_prune_committing_while_a_reader_reads_the_log_never_hides_a_change(
+    two_processes: tuple[ServiceContext, ServiceContext],
+) -> None:
+    """A reader's calendar far behind reads the log without the admission lock, statement by
+    statement (read committed). A prune that commits between its statements must not leave it
+    with changes missing: it gets them all, or None (load everything again)."""
+    first, second = two_processes
+    with first.db.transaction() as session:
+        session.execute(
+            text(
+                "INSERT INTO allocation_changes (version, reservation_id)"
+                " VALUES (10, 'cut'), (12000, 'kept')"
+            )
+        )
+    pruned: list[bool] = []
+
+    def prune_once(*_args: Any) -> None:
+        if pruned:
+            return
+        pruned.append(True)  # after the reader's first statement, before its second
+        with first.db.transaction(lock=ADMISSION_LOCK) as other:
+            allocations.prune(other, 12_000)
+
+    with second.db.reader() as session:
+        session.execute(text("SELECT 1"))
+        event.listen(second.db.engine, "after_cursor_execute", prune_once)
+        try:
+            found = allocations.changes_since(session, 5)
+        finally:
+            event.remove(second.db.engine, "after_cursor_execute", prune_once)
+    assert pruned == [True]
+    assert found is None or found >= {"cut", "kept"}

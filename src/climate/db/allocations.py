@@ -192,10 +192,12 @@ def prune(session: Session, version: int) -> None:
 def changes_since(session: Session, version: int) -> set[str] | None:
     """Reservations whose allocations changed after ``version``; None if the log no longer
     reaches back that far."""
-    pruned = session.scalar(select(Lock.version).where(Lock.name == CALENDAR_PRUNED)) or 0
-    if version < pruned:
-        return None
     rows = session.execute(
         select(AllocationChange.reservation_id).where(AllocationChange.version > version)
     )
-    return {row[0] for row in rows}
+    changed = {row[0] for row in rows}
+    # Read after the log: a reader on PostgreSQL (read committed, no admission lock) sees each
+    # statement's own snapshot, and a prune committing between the two would otherwise cut
+    # entries it had not read, with a horizon it had read as still behind.
+    pruned = session.scalar(select(Lock.version).where(Lock.name == CALENDAR_PRUNED)) or 0
+    return None if version < pruned else changed

@@ -29,6 +29,7 @@ from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
 from climate.serving import ServerConfig
+from tests.openstack.conftest import ON_THE_RIG
 
 PG_ADMIN_URL = os.environ.get("CLIMATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -43,6 +44,26 @@ TABLES = (
 ADMIN = Actor("admin-user", "admin-project", frozenset({"admin"}))
 ALICE = Actor("alice", "project-a", frozenset({"member"}))
 BOB = Actor("bob", "project-b", frozenset({"member"}))
+
+
+# Tests run in parallel (pytest-xdist, ``--dist loadgroup``). Those sharing one outside thing that
+# a second process would disturb run on one worker, in the order collected: Blazar 18's launcher
+# (which builds its own venv on first use) and the machine's RabbitMQ exchanges the bus tests
+# bind to. The OpenStack rig's tests are marked ``rig`` and run apart (``make test``).
+_MARKS_BY_PATH = {
+    "tests/openstack/": ON_THE_RIG,
+    "tests/test_blazar_differential.py": pytest.mark.xdist_group("blazar-18"),
+    "tests/test_blazar_import.py": pytest.mark.xdist_group("blazar-18"),
+    "tests/test_bus_notifications.py": pytest.mark.xdist_group("rabbitmq"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        for prefix, mark in _MARKS_BY_PATH.items():
+            if path.startswith(prefix):
+                item.add_marker(mark)
 
 
 def _pg_reachable() -> str | None:

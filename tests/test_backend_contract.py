@@ -39,13 +39,13 @@ from climate.backends.faulty import FaultyBackend
 from climate.backends.openstack.placement import resource_class
 from climate.backends.standalone import StandaloneBackend
 from climate.domain.status import EndPolicy, StartPolicy
-from tests.openstack.conftest import aggregate, empty_freepool, rig_settings
+from tests.openstack.conftest import ON_THE_RIG, aggregate, empty_freepool, rig_settings
 from tests.openstack.conftest import openstack_env as openstack_env  # the rig fixture
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
 
-@pytest.fixture(params=["standalone", "faulty", "openstack"])
+@pytest.fixture(params=["standalone", "faulty", pytest.param("openstack", marks=ON_THE_RIG)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "standalone":
         yield StandaloneBackend()

@@ -120,26 +120,24 @@ def test_throughput_kept_compares_the_first_and_the_last_ten_seconds() -> None:
     assert steady["requests/s, last 10 s of the mixed load over the first"].verdict == "PASS"
 
 
+def _worktrees() -> set[str]:
+    listed = subprocess.run(
+        ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return set(listed.stdout.splitlines())
+
+
 @pytest.mark.slow
 def test_a_run_against_another_commit_runs_that_commits_server_first() -> None:
     """The baseline is a git worktree of the commit, removed afterwards; HEAD stands in for
     bc8738b here, so the test needs no particular history."""
-    before = set(
-        subprocess.run(
-            ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.splitlines()
-    )
+    before = _worktrees()
     result = run_mixed_against(MixedConfig(clients=2, seconds=2.0, hosts=10), "HEAD")
 
     assert result["baseline"]["rev"] == "HEAD"
     assert result["baseline"]["requests_per_second"] > 0
     assert result["requests"] > 0
-    after = set(
-        subprocess.run(
-            ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.splitlines()
-    )
-    assert after == before
+    assert _worktrees() == before
 
 
 def test_a_baseline_that_cannot_be_checked_out_is_refused_with_git_s_reason() -> None:

@@ -52,18 +52,19 @@ BOB = Actor("bob", "project-b", frozenset({"member"}))
 # bind to. The OpenStack rig's tests are marked ``rig`` and run apart (``make test``).
 _MARKS_BY_PATH = {
     "tests/openstack/": ON_THE_RIG,
-    "tests/test_blazar_differential.py": pytest.mark.xdist_group("blazar-18"),
-    "tests/test_blazar_import.py": pytest.mark.xdist_group("blazar-18"),
-    "tests/test_bus_notifications.py": pytest.mark.xdist_group("rabbitmq"),
+    "tests/test_blazar_differential.py": (pytest.mark.xdist_group("blazar-18"),),
+    "tests/test_blazar_import.py": (pytest.mark.xdist_group("blazar-18"),),
+    "tests/test_bus_notifications.py": (pytest.mark.xdist_group("rabbitmq"),),
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        for prefix, mark in _MARKS_BY_PATH.items():
+        for prefix, marks in _MARKS_BY_PATH.items():
             if path.startswith(prefix):
-                item.add_marker(mark)
+                for mark in marks:
+                    item.add_marker(mark)
 
 
 def _pg_reachable() -> str | None:

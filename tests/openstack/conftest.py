@@ -31,10 +31,11 @@ from climate.services.leases import LeaseRequest, LeaseService, ReservationReque
 RIG = Path(os.environ.get("OSTEST_RIG", Path(__file__).resolve().parents[3] / "shared/openstack"))
 BASE = os.environ.get("OSTEST_BASE", "/tmp/os-local")
 REQUIRED = os.environ.get("CI") == "true" or os.environ.get("OSTEST_REQUIRED") == "1"
-ON_THE_RIG = pytest.mark.rig
+ON_THE_RIG = (pytest.mark.rig, pytest.mark.xdist_group("openstack-rig"))
 """Every test driving the rig (all of this directory, and ``ON_THE_RIG`` elsewhere) runs after
 the others, alone, in one process (``make test``): tests here stop Nova, Placement or the broker
-and force computes down, and the rig's services time out under a loaded machine's other tests."""
+and force computes down, and the rig's services time out under a loaded machine's other tests.
+A plain ``pytest`` on two workers still keeps them on one (the rig is started once per worker)."""
 
 
 def _unavailable(message: str) -> None:

@@ -83,6 +83,12 @@ class Settings(BaseSettings):
     fault_seed: int = 0
     max_body_bytes: int = Field(1_048_576, ge=1)
     max_page_size: int = Field(1000, ge=1)
+    request_slots: int = Field(1, ge=1, le=40)
+    """Requests one API process works on at once; more wait, changes first (api/scheduling.py)."""
+    request_lend_ms: float = Field(50.0, gt=0)
+    """A request running this long lets one more in beside it."""
+    request_max_wait_ms: float = Field(500.0, gt=0)
+    """A read waiting this long goes before cheaper reads that came after it."""
     availability_max_days: int = Field(400, ge=1)
     offer_search_days: int = Field(30, ge=1)
     reoptimise_budget_ms: float = Field(5.0, ge=0)

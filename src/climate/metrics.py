@@ -46,6 +46,12 @@ REQUEST_SECONDS = Histogram(
     ["route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+REQUEST_QUEUE_SECONDS = Histogram(
+    "climate_http_request_queue_seconds",
+    "Time an HTTP request waited for one of its API process's slots (api/scheduling.py); "
+    "requests that found one free are not counted",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
 ADMISSION_SECONDS = Histogram(
     "climate_admission_seconds",
     "Time to decide a lease creation (admitted or refused), counter-offers included",

@@ -40,6 +40,7 @@ from climate.api import (
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.api.observe import ObservedRequests
+from climate.api.scheduling import RequestScheduler
 from climate.api.schemas.answers import ANYONE, answers
 from climate.api.schemas.ops import Versions
 from climate.backends import load_backend
@@ -171,6 +172,13 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     routes.include(app, ops.router)
     routes.include(app, usage.router)
     routes.include(app, demand.router)
+    app.add_middleware(
+        RequestScheduler,
+        slots=ctx.settings.request_slots,
+        lend_after=ctx.settings.request_lend_ms / 1000.0,
+        max_wait=ctx.settings.request_max_wait_ms / 1000.0,
+        max_body=ctx.settings.max_body_bytes,
+    )
     app.add_middleware(OpenStackHeaders)
     app.add_middleware(ObservedRequests)
 

@@ -1,0 +1,305 @@
+"""Which requests of one API process run at once, and in what order (``api/scheduling.py``):
+changes first, then the cheapest reads unless one has waited too long, a slow request lending its
+slot, bodies read before a slot is taken; checked against a brute-force model of the rules, and
+through the middleware over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+from starlette.types import Message, Receive, Scope, Send
+
+from climate.api.scheduling import MAX_RUNNING, Queue, RequestScheduler, kind
+from climate.config import load_settings
+from climate.errors import InvalidInput
+
+NEVER = 1e9
+"""A ``lend_after`` no test waits for."""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Model:
+    """The rules written the slow, obvious way: every decision looks at every waiting request."""
+
+    slots: int
+    max_wait: float
+    running: dict[int, tuple[float, str]] = field(default_factory=dict)
+    waiting: list[tuple[int, bool, str, float, float]] = field(default_factory=list)
+    """number, change, kind, arrived, estimate"""
+    costs: dict[str, float] = field(default_factory=dict)
+
+    def enter(self, number: int, change: bool, what: str, now: float) -> None:
+        if len(self.running) < self.slots and not self.waiting:
+            self.running[number] = (now, what)
+        else:
+            self.waiting.append((number, change, what, now, self.costs.get(what, 0.0)))
+            self._admit(now)
+
+    def leave(self, number: int, now: float) -> None:
+        started, what = self.running.pop(number)
+        took = now - started
+        old = self.costs.get(what)
+        self.costs[what] = took if old is None else old + (took - old) * 0.1
+        self._admit(now)
+
+    def _admit(self, now: float) -> None:
+        while len(self.running) < self.slots and self.waiting:
+            changes = [w for w in self.waiting if w[1]]
+            reads = [w for w in self.waiting if not w[1]]
+            if changes:
+                chosen = min(changes, key=lambda w: w[0])
+            elif now - min(r[3] for r in reads) >= self.max_wait:
+                chosen = min(reads, key=lambda w: (w[3], w[0]))
+            else:
+                chosen = min(reads, key=lambda w: (w[4], w[0]))
+            self.waiting.remove(chosen)
+            self.running[chosen[0]] = (now, chosen[2])
+
+
+KINDS = ["GET /v1/leases", "GET /v1/leases/*", "GET /v1/os-hosts/allocations"]
+Step = tuple[str, int, float]
+"""("enter" with a kind index, or "change" with one, or "leave" with a running index) and
+seconds the clock moves before the step."""
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["enter", "change", "leave", "leave"]),
+        st.integers(0, 10),
+        st.sampled_from([0.0, 0.001, 0.01, 0.05, 0.3]),
+    ),
+    min_size=10,
+    max_size=80,
+)
+
+
+async def _replay(queue: Queue, clock: Clock, model: Model, plan: list[Step]) -> None:
+    tasks: dict[int, asyncio.Task[int]] = {}
+    number = 0
+    for action, pick, pause in plan:
+        clock.now += pause
+        if action == "leave":
+            if not model.running:
+                continue
+            chosen = sorted(model.running)[pick % len(model.running)]
+            queue.leave(chosen, model.running[chosen][1])
+            model.leave(chosen, clock.now)
+        else:
+            number += 1
+            what = KINDS[pick % len(KINDS)]
+            tasks[number] = asyncio.ensure_future(queue.enter(action == "change", what))
+            await asyncio.sleep(0)  # the task runs up to its wait, taking its number
+            model.enter(number, action == "change", what, clock.now)
+        await asyncio.sleep(0)
+        assert set(queue.running) == set(model.running), plan
+        assert queue.waiting() == len(model.waiting)
+    for task in tasks.values():
+        task.cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(slots=st.integers(1, 3), plan=steps)
+def test_requests_start_in_the_order_the_rules_give(slots: int, plan: list[Step]) -> None:
+    clock = Clock()
+    queue = Queue(slots, lend_after=NEVER, max_wait=1.0, clock=clock)
+    asyncio.run(_replay(queue, clock, Model(slots, 1.0), plan))
+
+
+def test_a_change_goes_before_reads_that_came_first() -> None:
+    async def scenario() -> list[str]:
+        queue = Queue(1, lend_after=NEVER, max_wait=NEVER)
+        order: list[str] = []
+        first = await queue.enter(False, "GET /a")
+
+        async def request(name: str, change: bool) -> None:
+            number = await queue.enter(change, name)
+            order.append(name)
+            queue.leave(number, name)
+
+        waiting = [asyncio.ensure_future(request(f"GET /{i}", False)) for i in range(3)]
+        waiting.append(asyncio.ensure_future(request("POST /v1/leases", True)))
+        await asyncio.sleep(0)
+        queue.leave(first, "GET /a")
+        await asyncio.gather(*waiting)
+        return order
+
+    assert asyncio.run(scenario()) == ["POST /v1/leases", "GET /0", "GET /1", "GET /2"]
+
+
+def test_a_slow_request_lends_its_slot_after_lend_after() -> None:
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        queue = Queue(1, lend_after=0.05, max_wait=NEVER)
+        await queue.enter(False, "GET /slow")
+        began = loop.time()
+        await asyncio.wait_for(queue.enter(False, "GET /next"), timeout=2)
+        return loop.time() - began
+
+    waited = asyncio.run(scenario())
+    assert 0.04 <= waited < 1.0
+
+
+def test_lending_stops_at_max_running() -> None:
+    async def scenario() -> tuple[int, int]:
+        queue = Queue(1, lend_after=0.001, max_wait=NEVER)
+        tasks = [asyncio.ensure_future(queue.enter(False, "GET /slow")) for _ in range(60)]
+        await asyncio.sleep(0.5)
+        running, waiting = len(queue.running), queue.waiting()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return running, waiting
+
+    assert asyncio.run(scenario()) == (MAX_RUNNING, 60 - MAX_RUNNING)
+
+
+def test_a_request_gone_while_waiting_leaves_no_trace() -> None:
+    async def scenario() -> tuple[int, list[int]]:
+        queue = Queue(1, lend_after=NEVER, max_wait=NEVER)
+        first = await queue.enter(True, "POST /a")
+        gone = asyncio.ensure_future(queue.enter(True, "POST /b"))
+        stays = asyncio.ensure_future(queue.enter(False, "GET /c"))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        waiting = queue.waiting()
+        queue.leave(first, "POST /a")
+        await stays
+        return waiting, sorted(queue.running)
+
+    assert asyncio.run(scenario()) == (1, [3])
+
+
+def test_kinds_leave_ids_out() -> None:
+    assert kind("GET", "/v1/leases/4f1c5e02-aaaa") == "GET /v1/leases/*"
+    assert kind("GET", "/v1/os-hosts/17/allocation") == "GET /v1/os-hosts/*/allocation"
+    assert kind("GET", "/v1/os-hosts/allocations") == "GET /v1/os-hosts/allocations"
+
+
+def _toy(
+    started: list[str], slow: asyncio.Event
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """An ASGI app that notes each request as it starts; ``/slow`` holds until ``slow`` is set."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        started.append(f"{scope['method']} {scope['path']} {body.decode()}".strip())
+        if scope["path"] == "/slow":
+            await slow.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+def _queued() -> float:
+    return REGISTRY.get_sample_value("climate_http_request_queue_seconds_count") or 0.0
+
+
+def test_through_the_middleware_changes_overtake_queued_reads() -> None:
+    """The four requests that came while ``/slow`` ran waited, and ``/metrics`` counts them."""
+    queued_before = _queued()
+
+    async def scenario() -> list[str]:
+        started: list[str] = []
+        slow = asyncio.Event()
+        app = RequestScheduler(
+            _toy(started, slow), slots=1, lend_after=NEVER, max_wait=NEVER, max_body=1000
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://climate") as http:
+            first = asyncio.ensure_future(http.get("/slow"))
+            await asyncio.sleep(0.05)
+            later = [asyncio.ensure_future(http.get(f"/read{i}")) for i in range(3)]
+            await asyncio.sleep(0.05)
+            later.append(asyncio.ensure_future(http.post("/v1/leases", content=b"{}")))
+            await asyncio.sleep(0.05)
+            assert started == ["GET /slow"]
+            slow.set()
+            answers = await asyncio.gather(first, *later)
+        assert all(answer.status_code == 200 for answer in answers)
+        return started
+
+    order = asyncio.run(scenario())
+    assert _queued() - queued_before == 4
+    assert order == [
+        "GET /slow",
+        "POST /v1/leases {}",
+        "GET /read0",
+        "GET /read1",
+        "GET /read2",
+    ]
+
+
+def test_a_body_sent_slowly_holds_no_slot() -> None:
+    async def scenario() -> list[str]:
+        started: list[str] = []
+        app = RequestScheduler(
+            _toy(started, asyncio.Event()),
+            slots=1,
+            lend_after=NEVER,
+            max_wait=NEVER,
+            max_body=1000,
+        )
+        rest = asyncio.Event()
+        parts: list[Message] = [
+            {"type": "http.request", "body": b'{"na', "more_body": True},
+            {"type": "http.request", "body": b'me": 1}', "more_body": False},
+        ]
+
+        async def trickle() -> Message:
+            if len(parts) == 1:
+                await rest.wait()
+            return parts.pop(0)
+
+        sent: list[Message] = []
+
+        async def keep(message: Message) -> None:
+            sent.append(message)
+
+        def scope(method: str, path: str) -> Scope:
+            return {"type": "http", "method": method, "path": path, "headers": []}
+
+        async def no_body() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        posting = asyncio.ensure_future(app(scope("POST", "/v1/leases"), trickle, keep))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(app(scope("GET", "/v1/leases"), no_body, keep), timeout=1)
+        rest.set()
+        await posting
+        return started
+
+    assert asyncio.run(scenario()) == ["GET /v1/leases", 'POST /v1/leases {"name": 1}']
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CLIMATE_REQUEST_SLOTS", "0"),
+        ("CLIMATE_REQUEST_SLOTS", "41"),
+        ("CLIMATE_REQUEST_LEND_MS", "0"),
+    ],
+)
+def test_bad_scheduling_settings_name_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(InvalidInput, match=variable):
+        load_settings(env={variable: value})

@@ -292,6 +292,45 @@ def test_a_body_sent_slowly_holds_no_slot() -> None:
     assert asyncio.run(scenario()) == ["GET /v1/leases", 'POST /v1/leases {"name": 1}']
 
 
+def test_an_answer_read_slowly_holds_no_slot() -> None:
+    """The slot is given back once the answer is complete, while the client still reads it."""
+
+    async def scenario() -> list[str]:
+        started: list[str] = []
+        app = RequestScheduler(
+            _toy(started, asyncio.Event()),
+            slots=1,
+            lend_after=NEVER,
+            max_wait=NEVER,
+            max_body=1000,
+        )
+        read = asyncio.Event()
+
+        async def slow_reader(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                await read.wait()
+
+        async def fast_reader(message: Message) -> None:
+            pass
+
+        async def no_body() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        def scope(path: str) -> Scope:
+            return {"type": "http", "method": "GET", "path": path, "headers": []}
+
+        reading = asyncio.ensure_future(app(scope("/v1/leases"), no_body, slow_reader))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(app(scope("/v1/leases/1"), no_body, fast_reader), timeout=1)
+        assert not reading.done()
+        read.set()
+        await reading
+        assert app.queue.running == {}
+        return started
+
+    assert asyncio.run(scenario()) == ["GET /v1/leases", "GET /v1/leases/1"]
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [

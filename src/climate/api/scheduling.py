@@ -16,8 +16,9 @@ run that long, one more waiting request starts, and another ``lend_after`` later
 ``MAX_RUNNING``. So one slow request costs the others at most ``lend_after``.
 
 A request's body is read before it waits for a slot (up to ``max_body`` bytes, past which the
-route refuses it anyway): a client sending its body slowly holds no slot. ``/healthz`` never
-waits.
+route refuses it anyway), and its slot is given back as soon as its answer is complete, before it
+is written out: a client sending its body or reading its answer slowly holds no slot.
+``/healthz`` never waits.
 """
 
 from __future__ import annotations
@@ -205,10 +206,24 @@ class RequestScheduler:
 
         method, what = scope["method"], kind(scope["method"], scope["path"])
         number = await self.queue.enter(method not in READS, what)
+        done = False
+
+        def leave() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self.queue.leave(number, what)
+
+        async def answer(message: Message) -> None:
+            # The answer is complete: writing it out waits on the client, not on this process.
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                leave()
+            await send(message)
+
         try:
-            await self.app(scope, replay, send)
+            await self.app(scope, replay, answer)
         finally:
-            self.queue.leave(number, what)
+            leave()
 
     async def _body(self, receive: Receive) -> deque[Message]:
         """The request's messages up to its last body part, a disconnection or ``max_body``."""

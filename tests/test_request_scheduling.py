@@ -211,6 +211,29 @@ def _toy(
     return app
 
 
+def _one_at_a_time(started: list[str], slow: asyncio.Event | None = None) -> RequestScheduler:
+    """The middleware over ``_toy``, one slot, no lending, no age bound."""
+    return RequestScheduler(
+        _toy(started, slow or asyncio.Event()),
+        slots=1,
+        lend_after=NEVER,
+        max_wait=NEVER,
+        max_body=1000,
+    )
+
+
+def _scope(method: str, path: str) -> Scope:
+    return {"type": "http", "method": method, "path": path, "headers": []}
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _read_at_once(message: Message) -> None:
+    pass
+
+
 def _queued() -> float:
     return REGISTRY.get_sample_value("climate_http_request_queue_seconds_count") or 0.0
 
@@ -222,9 +245,7 @@ def test_through_the_middleware_changes_overtake_queued_reads() -> None:
     async def scenario() -> list[str]:
         started: list[str] = []
         slow = asyncio.Event()
-        app = RequestScheduler(
-            _toy(started, slow), slots=1, lend_after=NEVER, max_wait=NEVER, max_body=1000
-        )
+        app = _one_at_a_time(started, slow)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://climate") as http:
             first = asyncio.ensure_future(http.get("/slow"))
@@ -253,13 +274,7 @@ def test_through_the_middleware_changes_overtake_queued_reads() -> None:
 def test_a_body_sent_slowly_holds_no_slot() -> None:
     async def scenario() -> list[str]:
         started: list[str] = []
-        app = RequestScheduler(
-            _toy(started, asyncio.Event()),
-            slots=1,
-            lend_after=NEVER,
-            max_wait=NEVER,
-            max_body=1000,
-        )
+        app = _one_at_a_time(started)
         rest = asyncio.Event()
         parts: list[Message] = [
             {"type": "http.request", "body": b'{"na', "more_body": True},
@@ -271,20 +286,9 @@ def test_a_body_sent_slowly_holds_no_slot() -> None:
                 await rest.wait()
             return parts.pop(0)
 
-        sent: list[Message] = []
-
-        async def keep(message: Message) -> None:
-            sent.append(message)
-
-        def scope(method: str, path: str) -> Scope:
-            return {"type": "http", "method": method, "path": path, "headers": []}
-
-        async def no_body() -> Message:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        posting = asyncio.ensure_future(app(scope("POST", "/v1/leases"), trickle, keep))
+        posting = asyncio.ensure_future(app(_scope("POST", "/v1/leases"), trickle, _read_at_once))
         await asyncio.sleep(0.05)
-        await asyncio.wait_for(app(scope("GET", "/v1/leases"), no_body, keep), timeout=1)
+        await asyncio.wait_for(app(_scope("GET", "/v1/leases"), _no_body, _read_at_once), timeout=1)
         rest.set()
         await posting
         return started
@@ -297,31 +301,18 @@ def test_an_answer_read_slowly_holds_no_slot() -> None:
 
     async def scenario() -> list[str]:
         started: list[str] = []
-        app = RequestScheduler(
-            _toy(started, asyncio.Event()),
-            slots=1,
-            lend_after=NEVER,
-            max_wait=NEVER,
-            max_body=1000,
-        )
+        app = _one_at_a_time(started)
         read = asyncio.Event()
 
         async def slow_reader(message: Message) -> None:
             if message["type"] == "http.response.body":
                 await read.wait()
 
-        async def fast_reader(message: Message) -> None:
-            pass
-
-        async def no_body() -> Message:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        def scope(path: str) -> Scope:
-            return {"type": "http", "method": "GET", "path": path, "headers": []}
-
-        reading = asyncio.ensure_future(app(scope("/v1/leases"), no_body, slow_reader))
+        reading = asyncio.ensure_future(app(_scope("GET", "/v1/leases"), _no_body, slow_reader))
         await asyncio.sleep(0.05)
-        await asyncio.wait_for(app(scope("/v1/leases/1"), no_body, fast_reader), timeout=1)
+        await asyncio.wait_for(
+            app(_scope("GET", "/v1/leases/1"), _no_body, _read_at_once), timeout=1
+        )
         assert not reading.done()
         read.set()
         await reading

@@ -184,6 +184,34 @@ def test_a_request_gone_while_waiting_leaves_no_trace() -> None:
     assert asyncio.run(scenario()) == (1, [3])
 
 
+def test_a_queue_that_never_empties_does_not_grow() -> None:
+    """Reads all taken by their age (``max_wait`` 0) under a load that never lets the queue
+    empty: what the queue holds stays bounded by what waits."""
+
+    async def scenario() -> tuple[int, int]:
+        clock = Clock()
+        queue = Queue(1, lend_after=NEVER, max_wait=0.0, clock=clock)
+        running = await queue.enter(False, "GET /v1/leases")
+        waiting = [asyncio.ensure_future(queue.enter(False, "GET /v1/leases")) for _ in range(5)]
+        await asyncio.sleep(0)
+        most = 0
+        for _ in range(5000):
+            waiting.append(asyncio.ensure_future(queue.enter(False, "GET /v1/leases")))
+            await asyncio.sleep(0)
+            clock.now += 0.001
+            queue.leave(running, "GET /v1/leases")
+            (running,) = queue.running
+            most = max(most, queue.held())
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        return queue.waiting(), most
+
+    waiting, most = asyncio.run(scenario())
+    assert waiting == 0
+    assert most < 200
+
+
 def test_kinds_leave_ids_out() -> None:
     assert kind("GET", "/v1/leases/4f1c5e02-aaaa") == "GET /v1/leases/*"
     assert kind("GET", "/v1/os-hosts/17/allocation") == "GET /v1/os-hosts/*/allocation"

@@ -145,6 +145,16 @@ class Queue:
     def _take(self, waiting: _Waiting) -> None:
         waiting.taken = True
         self._waiting -= 1
+        # A read taken by its age, or gone, stays in the cost heap until it reaches the top:
+        # rebuild the heap once such reads are most of it, or a queue that never empties grows.
+        heap = self._reads_by_cost
+        if len(heap) > 64 and len(heap) > 2 * self._waiting:
+            self._reads_by_cost = [w for w in heap if not w.taken]
+            heapq.heapify(self._reads_by_cost)
+
+    def held(self) -> int:
+        """Entries this queue holds, waiting or already taken and not yet dropped."""
+        return len(self._changes) + len(self._reads_by_cost) + len(self._reads_by_age)
 
     def _lending(self, now: float) -> bool:
         return len(self.running) < MAX_RUNNING and all(

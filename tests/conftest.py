@@ -177,12 +177,18 @@ class LiveServer:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.port = free_port()
+        # Bound here and handed to uvicorn: a port found free and bound later may be taken
+        # meanwhile by a test on another xdist worker.
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port: int = self.socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.workers: Workers = build_workers(ctx)
         here = ctx.settings.model_copy(update={"bind_host": "127.0.0.1", "port": self.port})
         self.server = uvicorn.Server(ServerConfig(create_app(ctx), here))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
 
     def __enter__(self) -> LiveServer:
         self.workers.start(watch=False)
@@ -197,6 +203,7 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.socket.close()
         self.workers.stop()
 
 

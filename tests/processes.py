@@ -51,15 +51,37 @@ def start_api(
     return start_serving([command, "--database-url", database_url], env)
 
 
+BIND_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
 def start_serving(args: list[str], env: dict[str, str] | None = None) -> tuple[Process, str]:
-    """``climate <args> --port <free port>``, once it answers HTTP; the process and its URL."""
+    """``climate <args> --port <free port>``, once it answers HTTP; the process and its URL.
+
+    A port found free may be taken by a test on another xdist worker before the process binds
+    it: the process then exits saying so, and another port is tried."""
+    for _ in range(BIND_ATTEMPTS - 1):
+        try:
+            return _start_serving(args, env)
+        except PortTaken:
+            continue
+    return _start_serving(args, env)
+
+
+def _start_serving(args: list[str], env: dict[str, str] | None) -> tuple[Process, str]:
     port = free_port()
     process = Process([*args, "--port", str(port)], env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:
-            raise RuntimeError(f"climate {args[0]} exited: {process.stop()}")
+            output = process.stop()
+            if f"port {port} on 127.0.0.1 is already in use" in output:
+                raise PortTaken(output)
+            raise RuntimeError(f"climate {args[0]} exited: {output}")
         try:
             if httpx.get(url + "/", timeout=1).status_code == 300:
                 return process, url

@@ -4,9 +4,11 @@ once (SQLite: the database's change counter; PostgreSQL: LISTEN/NOTIFY), not at 
 from __future__ import annotations
 
 import datetime as dt
+import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +16,8 @@ from sqlalchemy import text
 
 from climate.db.engine import Database
 from climate.db.types import as_utc
+from tests import processes
+from tests.conftest import free_port
 from tests.processes import CLIMATE, start_api, start_manager, start_serving
 
 # The manager's longest sleep is 30 s; an event applied within this proves it was woken.
@@ -110,3 +114,20 @@ def test_serve_refuses_a_number_of_workers_that_is_not_one_or_more() -> None:
     done = subprocess.run([CLIMATE, "serve", "--workers", "0"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "--workers: must be a whole number of processes above 0, not '0'" in done.stderr
+
+
+def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of two xdist workers on one free port: the server that loses says so and exits,
+    and ``start_serving`` tries another port."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        busy = taken.getsockname()[1]
+        ports = iter([busy, free_port()])
+        monkeypatch.setattr(processes, "free_port", lambda: next(ports))
+        process, url = start_serving(["serve"], {"CLIMATE_DATA_DIR": str(tmp_path)})
+    try:
+        assert url != f"http://127.0.0.1:{busy}"
+        assert httpx.get(url + "/healthz").status_code == 200
+    finally:
+        process.stop()

@@ -1,16 +1,18 @@
-"""``GET /v1/os-hosts/allocations`` answers from the rows each process keeps per host
-(``db/allocation_listing.py``) and the JSON kept per host (``api/allocation_renders.py``): what
-it answers must be, byte for byte, what the database holds, whatever happened in between and
-whichever process wrote it."""
+"""``GET /v1/os-hosts/allocations`` and ``GET /v1/instances/allocations`` answer from the rows
+each process keeps per host (``db/allocation_listing.py``) and the JSON kept per host
+(``api/allocation_renders.py``): what they answer must be, byte for byte, what the database
+holds, whatever happened in between and whichever process wrote it."""
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,8 +27,10 @@ from climate.domain.clock import ManualClock
 from climate.errors import ClimateError
 from climate.manager.service import Manager
 from climate.runtime import build_context
-from climate.services.hosts import HostService
-from climate.services.leases import LeaseChanges, LeaseService
+from climate.services.context import ServiceContext
+from climate.services.hosts import HostAllocations, HostService
+from climate.services.instances import InstanceAllocationService
+from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN, ALICE, BOB, T0, _reset_pg
 from tests.helpers import host_request
 
@@ -34,16 +38,51 @@ HOUR = dt.timedelta(hours=1)
 FAR = T0 + dt.timedelta(days=3650)
 
 
+@dataclass(frozen=True)
+class Table:
+    """One allocation listing: how to book a lease it shows, and its service."""
+
+    name: str
+    book: Callable[[str, dt.datetime, dt.datetime, int], LeaseRequest]
+    """A lease of (name, start, end, 1 or 2 hosts' worth)."""
+    service: Callable[[ServiceContext], Any]
+    """Its service: ``allocations(actor, *, start, end)`` per host."""
+    extra: tuple[str, ...] = ()
+
+    def fresh(self, service: Any, actor: Actor, start: dt.datetime | None = None) -> bytes:
+        """The listing read from the database: an ``end`` far away keeps every row and leaves
+        the kept rows aside."""
+        return AllocationRenders(*self.extra).body(service.allocations(actor, start=start, end=FAR))
+
+    def renders(self) -> AllocationRenders:
+        return AllocationRenders(*self.extra)
+
+
+def instances(name: str, start: dt.datetime, end: dt.datetime, size: int) -> LeaseRequest:
+    """``size`` instances of half a host (a host of 8 vCPU, 8 GB, 100 GB)."""
+    fields = {"amount": size, "vcpus": 4, "memory_mb": 4096, "disk_gb": 10}
+    return LeaseRequest(
+        name=name,
+        start=start,
+        end=end,
+        reservations=[ReservationRequest("virtual:instance", fields)],
+    )
+
+
+HOSTS = Table("hosts", lambda n, s, e, size: host_request(n, s, e, size), HostService)
+INSTANCES = Table("instances", instances, InstanceAllocationService, ("count",))
+HOST_SIZE = {"vcpus": 8, "memory_mb": 8192, "local_gb": 100}
+
+
 def fresh(hosts: HostService, actor: Actor, start: dt.datetime | None = None) -> bytes:
-    """The listing read from the database: an ``end`` far away keeps every row and leaves the
-    kept rows aside."""
-    return AllocationRenders().body(hosts.allocations(actor, start=start, end=FAR))
+    return HOSTS.fresh(hosts, actor, start)
 
 
 def kept(
-    renders: AllocationRenders, hosts: HostService, actor: Actor, start: dt.datetime | None = None
+    renders: AllocationRenders, service: Any, actor: Actor, start: dt.datetime | None = None
 ) -> bytes:
-    return renders.body(hosts.allocations(actor, start=start))
+    found: list[HostAllocations] = service.allocations(actor, start=start)
+    return renders.body(found)
 
 
 @contextmanager
@@ -124,9 +163,10 @@ steps = st.lists(
 Step = tuple[str, Actor, int, int, int]
 
 
+@pytest.mark.parametrize("table", [HOSTS, INSTANCES], ids=lambda t: t.name)
 @pytest.mark.parametrize(("kind", "examples"), [("sqlite", 25), ("postgresql", 10)])
 def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
-    kind: str, examples: int, request: pytest.FixtureRequest
+    table: Table, kind: str, examples: int, request: pytest.FixtureRequest
 ) -> None:
     """Writes go through one process's services; the listing is asked of that process and of
     another one (its own kept rows, caught up through the allocation log), as the admin and
@@ -145,17 +185,18 @@ def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
             config = load_settings(env={}, event_retry_base_seconds=0.0)
             ctx = build_context(config, db, clock)
             leases, hosts = LeaseService(ctx), HostService(ctx)
-            other = HostService(build_context(config, other_db, clock))
+            listing = table.service(ctx)
+            other = table.service(build_context(config, other_db, clock))
             manager = Manager(ctx, StandaloneBackend())
             for name in ("node-a", "node-b", "node-c"):
-                hosts.create(ADMIN, name, {"vcpus": 8})
-            renders, other_renders = AllocationRenders(), AllocationRenders()
+                hosts.create(ADMIN, name, dict(HOST_SIZE))
+            renders, other_renders = table.renders(), table.renders()
             made: list[tuple[Actor, str]] = []
             for i, (step, actor, pick, hours, length) in enumerate(history):
                 start = clock.now() + hours * HOUR
                 try:
                     if step == "create":
-                        wanted = host_request(f"l{i}", start, start + length * HOUR, 1 + pick % 2)
+                        wanted = table.book(f"l{i}", start, start + length * HOUR, 1 + pick % 2)
                         made.append((actor, leases.create(actor, wanted).id))
                     elif step == "update" and made:
                         owner, lease_id = made[pick % len(made)]
@@ -168,14 +209,14 @@ def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
                         clock.advance(hours * HOUR)
                         manager.run_due()
                     elif step == "host":
-                        hosts.create(ADMIN, f"node-{i}", {"vcpus": 8})
+                        hosts.create(ADMIN, f"node-{i}", dict(HOST_SIZE))
                     elif step == "unhost" and (listed := hosts.list_all(ADMIN)):
                         hosts.delete(ADMIN, str(listed[pick % len(listed)].id))
                 except ClimateError:
                     pass  # refused: the listing still holds
                 for who in (ADMIN, ALICE, BOB):
-                    expected = fresh(hosts, who)
-                    assert kept(renders, hosts, who) == expected
+                    expected = table.fresh(listing, who)
+                    assert kept(renders, listing, who) == expected
                     assert kept(other_renders, other, who) == expected
             db.dispose()
             other_db.dispose()

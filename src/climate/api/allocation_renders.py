@@ -49,7 +49,9 @@ class AllocationRenders:
     was made for and the earliest end it shows: the same bytes answer any later ``since``
     before that end, while the stamp holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
+        self._extra = extra
+        """Fields each reservation shows beyond Blazar's four (``allocation``)."""
         self._kept: dict[int, tuple[int, str, str, bytes]] = {}
 
     def body(self, found: Sequence[HostAllocations]) -> bytes:
@@ -57,13 +59,13 @@ class AllocationRenders:
         parts = []
         for host in found:
             if host.stamp is None:
-                parts.append(encode(allocation(host.host_id, host.reservations)))
+                parts.append(encode(allocation(host.host_id, host.reservations, *self._extra)))
                 continue
             kept = self._kept.get(host.host_id)
             if kept is not None and kept[0] == host.stamp and kept[1] <= host.since < kept[2]:
                 parts.append(kept[3])
                 continue
-            piece = encode(allocation(host.host_id, host.reservations))
+            piece = encode(allocation(host.host_id, host.reservations, *self._extra))
             until = min((row.end_date for row in host.reservations), default=_LAST)
             self._kept[host.host_id] = (host.stamp, host.since, until, piece)
             parts.append(piece)

@@ -45,6 +45,9 @@ class Services:
     max_body_bytes: int
     lease_renders: Renders = field(default_factory=Renders)
     allocation_renders: AllocationRenders = field(default_factory=AllocationRenders)
+    """Whole-host reservations' allocations, per host."""
+    instance_renders: AllocationRenders = field(default_factory=lambda: AllocationRenders("count"))
+    """Instance reservations' allocations, per host, each with its ``count``."""
 
 
 # The cheap dependencies are ``async``: FastAPI runs a plain ``def`` dependency on the thread pool.

@@ -14,7 +14,7 @@ from climate.db import allocations as allocation_rows
 from climate.db import raw
 from climate.db.allocations import narrowed
 from climate.db.engine import INVENTORY_VERSION
-from climate.db.leases import after_marker, among, keyset_order
+from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
     Host,
     HostAllocation,
@@ -282,25 +282,25 @@ class ListedRow(NamedTuple):
 
 
 def listed_allocations(
-    session: Session, after: dt.datetime, reservation_ids: Collection[str] | None = None
+    session: Session,
+    after: dt.datetime,
+    reservation_ids: Collection[str] | None = None,
+    host_ids: Collection[int] = (),
 ) -> list[ListedRow]:
-    """The allocations of live leases that end after ``after`` (of these reservations only,
-    unless None), with each lease's project."""
-    query = (
-        select(
-            HostAllocation.host_id,
-            HostAllocation.reservation_id,
-            HostAllocation.lease_id,
-            Lease.project_id,
-            iso_text(HostAllocation.start_date),
-            iso_text(HostAllocation.end_date),
-        )
-        .join(Lease, Lease.id == HostAllocation.lease_id)
-        .where(Lease.deleted_at.is_(None), HostAllocation.end_date > after)
+    """The allocations of live leases that end after ``after`` (all of them, or those of these
+    reservations or on these hosts), with each lease's project."""
+    columns = (
+        HostAllocation.host_id,
+        HostAllocation.reservation_id,
+        HostAllocation.lease_id,
+        Lease.project_id,
+        iso_text(HostAllocation.start_date),
+        iso_text(HostAllocation.end_date),
     )
-    if reservation_ids is not None:
-        query = query.where(among(session, HostAllocation.reservation_id, reservation_ids))
-    return list(map(ListedRow._make, session.connection().execute(query).all()))
+    found = allocation_rows.listed(
+        session, HostAllocation, columns, after, reservation_ids, host_ids
+    )
+    return list(map(ListedRow._make, found))
 
 
 def property_settings(session: Session) -> dict[str, ResourceProperty]:

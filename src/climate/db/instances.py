@@ -246,7 +246,11 @@ def allocations(
             iso_text(InstanceAllocation.end_date),
         )
         .where(InstanceAllocation.host_id.in_(list(host_ids)))
-        .order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
+        .order_by(
+            InstanceAllocation.host_id,
+            InstanceAllocation.start_date,
+            InstanceAllocation.reservation_id,
+        )
     )
     query = _live(
         query,
@@ -257,6 +261,43 @@ def allocations(
         end=end,
     )
     return [AllocationRow(*row) for row in session.connection().execute(query).all()]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRow:
+    """An instance allocation of a live lease as ``allocation_listing`` keeps it: an
+    ``AllocationRow`` with the lease's project."""
+
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    project_id: str
+    count: int
+    start_date: str
+    end_date: str
+
+
+def listed_allocations(
+    session: Session,
+    after: dt.datetime,
+    reservation_ids: Collection[str] | None = None,
+    host_ids: Collection[int] = (),
+) -> list[ListedRow]:
+    """The instance allocations of live leases that end after ``after`` (all of them, or those
+    of these reservations or on these hosts), with each lease's project."""
+    columns = (
+        InstanceAllocation.host_id,
+        InstanceAllocation.reservation_id,
+        InstanceAllocation.lease_id,
+        Lease.project_id,
+        InstanceAllocation.count,
+        iso_text(InstanceAllocation.start_date),
+        iso_text(InstanceAllocation.end_date),
+    )
+    found = allocation_rows.listed(
+        session, InstanceAllocation, columns, after, reservation_ids, host_ids
+    )
+    return [ListedRow(*row) for row in found]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
-from climate.db.allocation_listing import HostAllocationListing, lease_text
+from climate.db.allocation_listing import AllocationListing, Listed, Shown, lease_text
 from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
@@ -44,9 +44,10 @@ class PropertyInfo:
 @dataclass(frozen=True)
 class HostAllocations:
     host_id: int
-    reservations: Sequence[host_rows.AllocationRow | host_rows.ListedRow]
+    reservations: Sequence[Shown]
+    """Of one table: whole-host reservations' or instance reservations' (with a ``count``)."""
     stamp: int | None = None
-    """The host's stamp in ``HostAllocationListing`` when these are all its rows ending after
+    """The host's stamp in its ``AllocationListing`` when these are all its rows ending after
     ``since`` (None: read from the database, or only some of them)."""
     since: str = ""
     """``since`` as lease text (``allocation_listing.lease_text``)."""
@@ -57,7 +58,7 @@ class HostService:
         self.ctx = ctx
         self.backend = backend
         """Enrols each new host (``Enrol``): what the cloud knows of it fills its fields."""
-        self.listing = HostAllocationListing()
+        self.listing = AllocationListing(host_rows.listed_allocations)
 
     def create(self, actor: Actor, name: object, fields: Mapping[str, Any]) -> Host:
         """Register a host. Known inventory fields fill columns; all others become properties."""
@@ -246,7 +247,7 @@ class HostService:
             if lease_id is None and reservation_id is None and end is None:
                 kept = self.listing.per_host(session, ids, since, now)
                 if kept is not None:
-                    return _shown(kept, lease_text(since), scope)
+                    return shown(kept, lease_text(since), scope)
             rows = host_rows.allocations(
                 session,
                 host_range=(ids[0], ids[-1]),
@@ -277,10 +278,11 @@ class HostService:
         )
 
 
-def _shown(
-    kept: Sequence[tuple[int, int, Sequence[host_rows.ListedRow]]], since: str, scope: str | None
+def shown(
+    kept: Sequence[tuple[int, int, Sequence[Listed]]], since: str, scope: str | None
 ) -> list[HostAllocations]:
-    """The kept rows ending after ``since`` (lease text), of project ``scope`` unless None."""
+    """The kept rows (``AllocationListing.per_host``) ending after ``since`` (lease text), of
+    project ``scope`` unless None."""
     if scope is not None:
         return [
             HostAllocations(h, [r for r in rows if r.end_date > since and r.project_id == scope])

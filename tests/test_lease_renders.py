@@ -40,8 +40,9 @@ HOUR = dt.timedelta(hours=1)
 
 
 def fresh(leases: LeaseService) -> bytes:
-    """The listing with nothing kept: every lease loaded and rendered."""
-    return Renders().body(leases.list_revised(ADMIN, nothing_kept))
+    """The listing with nothing kept: the page read (no page kept: ``db/lease_pages.py``),
+    every lease loaded and rendered."""
+    return Renders().body(LeaseService(leases.ctx).list_revised(ADMIN, nothing_kept))
 
 
 def through(renders: Renders, leases: LeaseService) -> bytes:

@@ -15,12 +15,15 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Collection, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
 from climate.db import leases as lease_rows
+from climate.db.leases import among
+from climate.db.tables import Lease
 
 RELOAD_AFTER = dt.timedelta(hours=6)
 """How long rows are kept before everything is read again: the rows that ended meanwhile go."""
@@ -178,6 +181,35 @@ class AllocationListing(Generic[R]):
             rows.sort(key=_order)
             self._hosts[host] = rows
             self._stamps[host] = self._stamped
+
+
+def rows(
+    session: Session,
+    model: Any,
+    columns: Sequence[Any],
+    after: dt.datetime,
+    reservation_ids: Collection[str] | None,
+    host_ids: Collection[int],
+) -> list[Any]:
+    """``columns`` of the allocations in ``model``'s table (``host_id``, joined with
+    ``leases``) of live leases ending after ``after``: all of them (``reservation_ids`` None),
+    or those of these reservations or on these hosts; as an allocation listing keeps them
+    (``allocation_listing``)."""
+    query = (
+        select(*columns)
+        .join(Lease, Lease.id == model.lease_id)
+        .where(Lease.deleted_at.is_(None), model.end_date > after)
+    )
+    if reservation_ids is not None:
+        among_these = []
+        if reservation_ids:
+            among_these.append(among(session, model.reservation_id, reservation_ids))
+        if host_ids:
+            among_these.append(model.host_id.in_(sorted(host_ids)))
+        if not among_these:
+            return []
+        query = query.where(or_(*among_these))
+    return list(session.connection().execute(query).all())
 
 
 def _order(row: Listed) -> tuple[str, str]:

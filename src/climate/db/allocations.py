@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Protocol, TypeVarTuple
 
-from sqlalchemy import Insert, Select, Table, case, delete, insert, or_, select, text, update
+from sqlalchemy import Insert, Select, Table, case, delete, insert, select, text, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from climate.db import raw
-from climate.db.leases import among
 from climate.db.tables import AllocationChange, Lease, Lock, new_id, table_of
 
 _Row = TypeVarTuple("_Row")
@@ -53,35 +52,6 @@ def narrowed(
     if end is not None:
         query = query.where(model.start_date < end)
     return query
-
-
-def listed(
-    session: Session,
-    model: Any,
-    columns: Sequence[Any],
-    after: dt.datetime,
-    reservation_ids: Collection[str] | None,
-    host_ids: Collection[int],
-) -> list[Any]:
-    """``columns`` of the allocations in ``model``'s table (``host_id``, joined with
-    ``leases``) of live leases ending after ``after``: all of them (``reservation_ids`` None),
-    or those of these reservations or on these hosts; as an allocation listing keeps them
-    (``allocation_listing``)."""
-    query = (
-        select(*columns)
-        .join(Lease, Lease.id == model.lease_id)
-        .where(Lease.deleted_at.is_(None), model.end_date > after)
-    )
-    if reservation_ids is not None:
-        among_these = []
-        if reservation_ids:
-            among_these.append(among(session, model.reservation_id, reservation_ids))
-        if host_ids:
-            among_these.append(model.host_id.in_(sorted(host_ids)))
-        if not among_these:
-            return []
-        query = query.where(or_(*among_these))
-    return list(session.connection().execute(query).all())
 
 
 def leases_holding(

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import Select, delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from climate.db import allocation_listing, raw
 from climate.db import allocations as allocation_rows
-from climate.db import raw
 from climate.db.allocations import narrowed
 from climate.db.engine import INVENTORY_VERSION
 from climate.db.leases import after_marker, keyset_order
@@ -297,7 +297,7 @@ def listed_allocations(
         iso_text(HostAllocation.start_date),
         iso_text(HostAllocation.end_date),
     )
-    found = allocation_rows.listed(
+    found = allocation_listing.rows(
         session, HostAllocation, columns, after, reservation_ids, host_ids
     )
     return list(map(ListedRow._make, found))

@@ -10,6 +10,7 @@ from typing import Any, TypeVarTuple
 from sqlalchemy import Select, delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from climate.db import allocation_listing
 from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
 from climate.db.hosts import SpanRow
@@ -294,7 +295,7 @@ def listed_allocations(
         iso_text(InstanceAllocation.start_date),
         iso_text(InstanceAllocation.end_date),
     )
-    found = allocation_rows.listed(
+    found = allocation_listing.rows(
         session, InstanceAllocation, columns, after, reservation_ids, host_ids
     )
     return [ListedRow(*row) for row in found]

@@ -6,6 +6,7 @@ the ORM rows do, and come in the order the ORM relationships give."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import weakref
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -129,6 +130,7 @@ _RESERVATIONS = table_of(Reservation).c
 _EVENTS = table_of(Event).c
 _REVISIONS = table_of(LeaseRevision).c
 _COUNTED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_LAST_CHANGE = select(func.coalesce(func.max(_REVISIONS.seq), 0))
 _LEASE_COLUMNS = [_LEASES[f] for f in LeaseRecord._fields[:-2]]
 _RESERVATION_COLUMNS = [_RESERVATIONS[f] for f in ReservationRecord._fields[:-4]]
 _EVENT_COLUMNS = [_EVENTS[f] for f in EventRecord._fields]
@@ -170,17 +172,75 @@ class Listed(NamedTuple):
     id: str
     status: str
     revision: int
+    key: Any
+    """Its value of the page's ``sort_key``."""
 
 
 def revisions(session: Session, asked: Asked) -> list[Listed] | None:
-    """The leases ``live_page`` would load, in its order, each with its status and revision
-    (``lease_revisions``; 0 without a row); None where the database does not count revisions
-    (no trigger: PostgreSQL)."""
+    """The leases ``live_page`` would load, in its order, each with its status, revision
+    (``lease_revisions``; 0 without a row) and sort key; None where the database does not count
+    revisions (no trigger: PostgreSQL)."""
     if not counts(session):
         return None
-    query = _page(_revised(), asked).limit(asked.limit)
+    query = _page(_revised(_LEASES[asked.sort_key]), asked).limit(asked.limit)
     # On the connection: the ORM's row loading cost more than the query (a page of 1,000).
     return list(map(Listed._make, session.connection().execute(query).all()))
+
+
+def revisions_after(session: Session, asked: Asked, last: Listed, count: int) -> list[Listed]:
+    """The ``count`` leases ``revisions`` lists after ``last`` (a lease of its page, whatever
+    became of it since), as they are now."""
+    column = _LEASES[asked.sort_key]
+    beyond = after_marker(column, _LEASES.id, last.key, last.id, asked.descending)
+    query = _page(_revised(column), dataclasses.replace(asked, marker=None)).where(beyond)
+    return list(map(Listed._make, session.connection().execute(query.limit(count)).all()))
+
+
+def last_change(session: Session) -> int:
+    """The sequence number of the last change to any lease (``lease_revisions.seq``; 0: none),
+    where the database counts revisions (``counts``)."""
+    return int(session.connection().execute(_LAST_CHANGE).scalar_one())
+
+
+class Changed(NamedTuple):
+    """A lease as ``changed_since`` finds it."""
+
+    id: str
+    live: bool
+    """False: deleted (or gone)."""
+    status: str
+    revision: int
+    project_id: str
+    name: str
+    key: Any
+    """Its value of the ``sort_key`` asked."""
+
+
+def changed_since(session: Session, seq: int, sort_key: str, most: int) -> list[Changed] | None:
+    """The leases changed after change ``seq`` (``last_change``), in no order; None when there
+    are more than ``most``. Where the database counts revisions (``counts``)."""
+    query = (
+        select(
+            _REVISIONS.lease_id,
+            _LEASES.id,
+            _LEASES.deleted_at,
+            _LEASES.status,
+            _REVISIONS.revision,
+            _LEASES.project_id,
+            _LEASES.name,
+            _LEASES[sort_key],
+        )
+        .outerjoin_from(table_of(LeaseRevision), table_of(Lease), _LEASES.id == _REVISIONS.lease_id)
+        .where(_REVISIONS.seq > seq)
+        .limit(most + 1)
+    )
+    rows = session.connection().execute(query).all()
+    if len(rows) > most:
+        return None
+    return [
+        Changed(lease_id, found is not None and deleted is None, *rest)
+        for lease_id, found, deleted, *rest in rows
+    ]
 
 
 class Owned(NamedTuple):

@@ -180,12 +180,15 @@ class Lease(Timestamped, Base):
 
 class LeaseRevision(Base):
     """How often a lease's rows (its own, its reservations', events' and allocations') have
-    changed, counted by the database's triggers on SQLite (migration 0023); no row: never since
-    it was written. PostgreSQL has no trigger: the table stays empty there."""
+    changed, counted by the database's triggers on SQLite (migrations 0023, 0026); no row: never
+    since it was written. PostgreSQL has no trigger: the table stays empty there."""
 
     __tablename__ = "lease_revisions"
     lease_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
     revision: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer, index=True, server_default="0")
+    """The sequence number of its last change, over every lease (migration 0026): a lease
+    deleted outright keeps its row."""
 
 
 class LeaseSeries(Timestamped, Base):

@@ -13,6 +13,7 @@ from climate import inputs
 from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import audit, lease_views
 from climate.db import leases as lease_rows
+from climate.db.lease_pages import LeasePages
 from climate.db.tables import NAME_LENGTH, Event, Lease, new_id
 from climate.domain import lease_rules
 from climate.domain.actor import Actor
@@ -36,6 +37,8 @@ class LeaseBase:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
+        self.pages = LeasePages()
+        """The lease pages this process listed last (``Listing.list_revised``)."""
 
     def get(self, actor: Actor, lease_id: str) -> Lease:
         with self.ctx.db.reader() as session:

@@ -4,10 +4,11 @@ of its rows, and is loaded only if the caller does not keep it at that revision.
 A listing answers every live lease of a page (up to ``max_page_size``), so loading each one made
 its cost grow with the leases stored. Where the database counts each lease's revisions
 (``lease_revisions``, kept by SQLite's triggers in the transaction of every change), a page is
-read as (id, status, revision) first; a lease the caller keeps at that revision (and queue
-place) is not loaded again. What a caller keeps came from a committed snapshot (a reader's),
-and a committed revision is never seen again with other rows: every change moves it. Without
-the triggers (PostgreSQL) every lease of the page is loaded.
+read as (id, status, revision) first, from the page kept and brought up to date
+(``db/lease_pages.py``); a lease the caller keeps at that revision (and queue place) is not
+loaded again. What a caller keeps came from a committed snapshot (a reader's), and a committed
+revision is never seen again with other rows: every change moves it. Without the triggers
+(PostgreSQL) every lease of the page is loaded.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Listing(LeaseBase):
             asked = self._listing(session, actor, project_id, status, name, page)
             if asked is None:
                 return []
-            listed = lease_views.revisions(session, asked)
+            listed = self.pages.page(session, asked)
             if listed is None:
                 leases = lease_views.live_page(session, asked)
                 places = _places(session, (lease.status for lease in leases))

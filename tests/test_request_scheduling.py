@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from starlette.types import Message, Receive, Scope, Send
 
-from climate.api.scheduling import MAX_RUNNING, Queue, RequestScheduler, kind
+from climate.api.scheduling import MAX_RUNNING, Queue, RequestScheduler, is_change, kind
 from climate.config import load_settings
 from climate.errors import InvalidInput
 
@@ -218,6 +218,28 @@ def test_kinds_leave_ids_out() -> None:
     assert kind("GET", "/v1/os-hosts/allocations") == "GET /v1/os-hosts/allocations"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "query", "changes"),
+    [
+        ("GET", "/v1/leases", b"", False),
+        ("HEAD", "/v1/leases", b"", False),
+        ("POST", "/v1/availability", b"", False),  # a search: POST only for its body
+        ("POST", "/v1/leases", b"dry_run=true", False),
+        ("POST", "/v1/leases", b"name=x&dry_run=Yes", False),
+        ("POST", "/v1/leases", b"dry_run=true&dry_run=false", True),  # the route reads the last
+        ("POST", "/v1/leases", b"dry_run=maybe", True),  # refused by the route, as a change
+        ("POST", "/v1/leases", b"", True),
+        ("POST", "/v1/availability/timeline", b"", True),
+        ("PUT", "/v1/leases/4f1c5e02-aaaa", b"dry_run=true", True),
+        ("DELETE", "/v1/leases/4f1c5e02-aaaa", b"", True),
+    ],
+)
+def test_searches_and_dry_runs_wait_as_reads(
+    method: str, path: str, query: bytes, changes: bool
+) -> None:
+    assert is_change(method, path, query) is changes
+
+
 def _toy(
     started: list[str], slow: asyncio.Event
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
@@ -296,6 +318,33 @@ def test_through_the_middleware_changes_overtake_queued_reads() -> None:
         "GET /read0",
         "GET /read1",
         "GET /read2",
+    ]
+
+
+def test_through_the_middleware_a_search_does_not_overtake_queued_reads() -> None:
+    async def scenario() -> list[str]:
+        started: list[str] = []
+        slow = asyncio.Event()
+        app = _one_at_a_time(started, slow)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://climate") as http:
+            first = asyncio.ensure_future(http.get("/slow"))
+            await asyncio.sleep(0.05)
+            later = [asyncio.ensure_future(http.get("/read"))]
+            for path in ("/v1/availability", "/v1/leases?dry_run=true", "/v1/leases"):
+                await asyncio.sleep(0.02)
+                later.append(asyncio.ensure_future(http.post(path, content=b"{}")))
+            await asyncio.sleep(0.05)
+            slow.set()
+            await asyncio.gather(first, *later)
+        return started
+
+    assert asyncio.run(scenario()) == [
+        "GET /slow",
+        "POST /v1/leases {}",
+        "GET /read",
+        "POST /v1/availability {}",
+        "POST /v1/leases {}",  # the dry run
     ]
 
 

@@ -5,8 +5,9 @@ speed, and the writer holding SQLite's one write turn is slowed by every reader 
 32 busy clients a creation held the turn 12 ms for 5 ms of its own work, and waited 400 ms for
 it. So requests wait here, on the event loop, and ``slots`` of them run at a time:
 
-1. changes (any method but GET, HEAD and OPTIONS) first, in arrival order: they are short, and
-   they are what a full cloud's users wait on;
+1. changes (any method but GET, HEAD and OPTIONS, save the searches and dry runs that POST
+   only to ask: ``is_change``) first, in arrival order: they are short, and they are what a
+   full cloud's users wait on;
 2. then reads, the cheapest first by the running average of their kind (method and path, ids
    left out), unless one has waited ``max_wait`` seconds: then the oldest first.
 
@@ -29,14 +30,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from climate import metrics
+from climate.api.parsing import flag
+from climate.errors import InvalidInput
 
 MAX_RUNNING = 40
 """Never more at once than anyio's threads for the routes' blocking work."""
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
+SEARCHES = frozenset({"/v1/availability"})
+"""Paths whose POST only asks (a body too rich for a query string) and changes nothing."""
 UNQUEUED = frozenset({"/healthz"})
 MAX_KINDS = 1000
 """Kinds of request whose cost is remembered; past that, unknown ones are estimated at 0
@@ -48,6 +54,26 @@ def kind(method: str, path: str) -> str:
     """What a request is, for its cost: the method and the path with ids (segments of digits,
     or of eight characters or more holding one: lease ids, host ids and names) as ``*``."""
     return method + " " + "/".join("*" if _is_id(s) else s for s in path.split("/"))
+
+
+def is_change(method: str, path: str, query: bytes) -> bool:
+    """Whether a request may change something: not a read, a search or a dry run."""
+    if method in READS:
+        return False
+    if method == "POST" and (path in SEARCHES or _dry_run(query)):
+        return False
+    return True
+
+
+def _dry_run(query: bytes) -> bool:
+    """Whether the query asks for a dry run, as the route reads ``dry_run`` (its last value)."""
+    if b"dry_run" not in query:
+        return False
+    values = parse_qs(query.decode("latin-1")).get("dry_run", [])
+    try:
+        return bool(values) and flag("dry_run", values[-1])
+    except InvalidInput:
+        return False  # the route refuses it
 
 
 def _is_id(segment: str) -> bool:
@@ -215,7 +241,8 @@ class RequestScheduler:
             return received.popleft() if received else await receive()
 
         method, what = scope["method"], kind(scope["method"], scope["path"])
-        number = await self.queue.enter(method not in READS, what)
+        change = is_change(method, scope["path"], scope.get("query_string", b""))
+        number = await self.queue.enter(change, what)
         done = False
 
         def leave() -> None:

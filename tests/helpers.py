@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from climate import wire
+from climate.backends.standalone import StandaloneBackend
+from climate.config import load_settings
+from climate.db.engine import Database
 from climate.domain.admission import AdmissionRefused
+from climate.domain.clock import ManualClock
+from climate.manager.service import Manager
+from climate.runtime import build_context
+from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
-from tests.conftest import ADMIN
+from tests.conftest import ADMIN, T0
 
 
 def refusal_body(error: BaseException) -> dict[str, Any]:
@@ -59,3 +72,35 @@ def host_request(
 
 def hosts_of(lease: Any) -> set[int]:
     return {a.host_id for r in lease.reservations for a in r.allocations}
+
+
+@dataclass
+class World:
+    """The services over one database, on a manual clock."""
+
+    db: Database
+    clock: ManualClock
+    ctx: ServiceContext
+    leases: LeaseService
+    hosts: HostService
+    manager: Manager
+
+
+@contextmanager
+def world_on_copy(template: Path) -> Iterator[World]:
+    """The services over a copy of the migrated SQLite ``template`` (a hypothesis example's
+    own database), at ``T0``, with one host of 8 vCPUs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "climate.db"
+        shutil.copy(template, path)
+        db = Database(f"sqlite:///{path}")
+        clock = ManualClock(T0)
+        ctx = build_context(load_settings(env={}, event_retry_base_seconds=0.0), db, clock)
+        world = World(
+            db, clock, ctx, LeaseService(ctx), HostService(ctx), Manager(ctx, StandaloneBackend())
+        )
+        world.hosts.create(ADMIN, "node-0", {"vcpus": 8})
+        try:
+            yield world
+        finally:
+            db.dispose()

@@ -5,8 +5,6 @@ afresh, whatever happened in between, for every order, filter, size and marker."
 from __future__ import annotations
 
 import datetime as dt
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from climate.backends.standalone import StandaloneBackend
 from climate.config import load_settings
 from climate.context import Page
 from climate.db import lease_pages, lease_views
@@ -24,12 +21,11 @@ from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseType
 from climate.errors import ClimateError
-from climate.manager.service import Manager
 from climate.runtime import build_context
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
 from tests.conftest import ADMIN, ALICE, BOB, T0
-from tests.helpers import host_request, nothing_kept
+from tests.helpers import host_request, nothing_kept, world_on_copy
 
 HOUR = dt.timedelta(hours=1)
 
@@ -84,15 +80,8 @@ def test_every_page_kept_is_the_page_read_afresh(
     sqlite_template: Path, history: list[Step], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(lease_pages, "KEPT_PAGES", 1000)  # every page asked stays kept
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "climate.db"
-        shutil.copy(sqlite_template, path)
-        db = Database(f"sqlite:///{path}")
-        clock = ManualClock(T0)
-        ctx = build_context(load_settings(env={}, event_retry_base_seconds=0.0), db, clock)
-        leases, hosts = LeaseService(ctx), HostService(ctx)
-        manager = Manager(ctx, StandaloneBackend())
-        hosts.create(ADMIN, "node-0", {"vcpus": 8})
+    with world_on_copy(sqlite_template) as world:
+        leases, hosts, clock, manager = world.leases, world.hosts, world.clock, world.manager
         made: list[tuple[Actor, str]] = []
         for i, (kind, actor, pick, hours, length) in enumerate(history):
             start = clock.now() + hours * HOUR
@@ -121,12 +110,11 @@ def test_every_page_kept_is_the_page_read_afresh(
             except ClimateError:
                 pass  # refused: the pages still hold
             marker = made[pick % len(made)][1] if made else None
-            afresh = LeaseService(ctx)  # keeps no page yet
+            afresh = LeaseService(world.ctx)  # keeps no page yet
             for who in (ADMIN, ALICE):
                 for page, status in asked_pages(marker if who is ADMIN else None):
                     expected = listed(afresh, who, page, status)
                     assert listed(leases, who, page, status) == expected, (page, status)
-        db.dispose()
 
 
 def test_every_change_to_a_lease_takes_the_next_number(sqlite_url: str, clock: ManualClock) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,21 +18,18 @@ from sqlalchemy import text
 
 from climate import wire
 from climate.api.lease_renders import Renders, encode
-from climate.backends.standalone import StandaloneBackend
 from climate.config import load_settings
 from climate.db.engine import Database
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseType
 from climate.errors import ClimateError, NotFound
-from climate.manager.service import Manager
 from climate.runtime import build_context
-from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
 from climate.services.leases.listing import Shown
 from tests.conftest import ADMIN, ALICE, BOB, T0
-from tests.helpers import host_request, nothing_kept
+from tests.helpers import host_request, nothing_kept, world_on_copy
 
 HOUR = dt.timedelta(hours=1)
 
@@ -243,17 +238,8 @@ steps = st.lists(
 def test_a_listing_through_kept_renders_is_the_listing_rendered_afresh(
     sqlite_template: Path, history: list[Step]
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "climate.db"
-        shutil.copy(sqlite_template, path)
-        db = Database(f"sqlite:///{path}")
-        clock = ManualClock(T0)
-        ctx: ServiceContext = build_context(
-            load_settings(env={}, event_retry_base_seconds=0.0), db, clock
-        )
-        leases, hosts = LeaseService(ctx), HostService(ctx)
-        manager = Manager(ctx, StandaloneBackend())
-        hosts.create(ADMIN, "node-0", {"vcpus": 8})
+    with world_on_copy(sqlite_template) as world:
+        leases, hosts, clock, manager = world.leases, world.hosts, world.clock, world.manager
         renders = Renders()
         made: list[str] = []
         for i, (kind, pick, hours, length) in enumerate(history):
@@ -279,4 +265,3 @@ def test_a_listing_through_kept_renders_is_the_listing_rendered_afresh(
             except ClimateError:
                 pass  # refused (no capacity, a lease that has ended): the listing still holds
             assert through(renders, leases) == fresh(leases)
-        db.dispose()

@@ -288,9 +288,9 @@ def _queued() -> float:
     return REGISTRY.get_sample_value("climate_http_request_queue_seconds_count") or 0.0
 
 
-def test_through_the_middleware_changes_overtake_queued_reads() -> None:
-    """The four requests that came while ``/slow`` ran waited, and ``/metrics`` counts them."""
-    queued_before = _queued()
+def _order_behind_slow(requests: list[tuple[str, str]]) -> list[str]:
+    """The order the ``requests`` (method, path; POSTs with the body ``{}``), sent one after
+    the other while ``/slow`` holds the one slot, start in once it ends."""
 
     async def scenario() -> list[str]:
         started: list[str] = []
@@ -299,10 +299,11 @@ def test_through_the_middleware_changes_overtake_queued_reads() -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://climate") as http:
             first = asyncio.ensure_future(http.get("/slow"))
-            await asyncio.sleep(0.05)
-            later = [asyncio.ensure_future(http.get(f"/read{i}")) for i in range(3)]
-            await asyncio.sleep(0.05)
-            later.append(asyncio.ensure_future(http.post("/v1/leases", content=b"{}")))
+            later = []
+            for method, path in requests:
+                await asyncio.sleep(0.02)
+                content = b"{}" if method == "POST" else None
+                later.append(asyncio.ensure_future(http.request(method, path, content=content)))
             await asyncio.sleep(0.05)
             assert started == ["GET /slow"]
             slow.set()
@@ -310,7 +311,14 @@ def test_through_the_middleware_changes_overtake_queued_reads() -> None:
         assert all(answer.status_code == 200 for answer in answers)
         return started
 
-    order = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_through_the_middleware_changes_overtake_queued_reads() -> None:
+    """The four requests that came while ``/slow`` ran waited, and ``/metrics`` counts them."""
+    queued_before = _queued()
+    reads = [("GET", f"/read{i}") for i in range(3)]
+    order = _order_behind_slow([*reads, ("POST", "/v1/leases")])
     assert _queued() - queued_before == 4
     assert order == [
         "GET /slow",
@@ -322,24 +330,15 @@ def test_through_the_middleware_changes_overtake_queued_reads() -> None:
 
 
 def test_through_the_middleware_a_search_does_not_overtake_queued_reads() -> None:
-    async def scenario() -> list[str]:
-        started: list[str] = []
-        slow = asyncio.Event()
-        app = _one_at_a_time(started, slow)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://climate") as http:
-            first = asyncio.ensure_future(http.get("/slow"))
-            await asyncio.sleep(0.05)
-            later = [asyncio.ensure_future(http.get("/read"))]
-            for path in ("/v1/availability", "/v1/leases?dry_run=true", "/v1/leases"):
-                await asyncio.sleep(0.02)
-                later.append(asyncio.ensure_future(http.post(path, content=b"{}")))
-            await asyncio.sleep(0.05)
-            slow.set()
-            await asyncio.gather(first, *later)
-        return started
-
-    assert asyncio.run(scenario()) == [
+    order = _order_behind_slow(
+        [
+            ("GET", "/read"),
+            ("POST", "/v1/availability"),
+            ("POST", "/v1/leases?dry_run=true"),
+            ("POST", "/v1/leases"),
+        ]
+    )
+    assert order == [
         "GET /slow",
         "POST /v1/leases {}",
         "GET /read",

@@ -4,29 +4,16 @@ rows stay as they are (``db/allocation_listing.py``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from climate.api.lease_renders import encode
+from climate.db.allocation_listing import Shown
 from climate.services.hosts import HostAllocations
 
 _LAST = "~"
 """Lease text after every time: a host showing no allocation is shown so until its rows change."""
 
 
-class Allocated(Protocol):
-    """A row of an allocation endpoint: one reservation's use of one resource."""
-
-    @property
-    def reservation_id(self) -> str: ...
-    @property
-    def lease_id(self) -> str: ...
-    @property
-    def start_date(self) -> str: ...
-    @property
-    def end_date(self) -> str: ...
-
-
-def allocation(resource_id: int, rows: Sequence[Allocated], *extra: str) -> dict[str, object]:
+def allocation(resource_id: int, rows: Sequence[Shown], *extra: str) -> dict[str, object]:
     """One resource's allocations as Blazar shows them; each reservation also shows the
     ``extra`` fields of its row (a volume's ``size_gb``, an instance ``count``)."""
     reservations = [

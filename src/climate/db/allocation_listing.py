@@ -24,6 +24,7 @@ from climate.db import allocations as allocation_rows
 from climate.db import leases as lease_rows
 from climate.db.leases import among
 from climate.db.tables import Lease
+from climate.db.types import iso_text
 
 RELOAD_AFTER = dt.timedelta(hours=6)
 """How long rows are kept before everything is read again: the rows that ended meanwhile go."""
@@ -183,33 +184,43 @@ class AllocationListing(Generic[R]):
             self._stamps[host] = self._stamped
 
 
-def rows(
-    session: Session,
-    model: Any,
-    columns: Sequence[Any],
-    after: dt.datetime,
-    reservation_ids: Collection[str] | None,
-    host_ids: Collection[int],
-) -> list[Any]:
-    """``columns`` of the allocations in ``model``'s table (``host_id``, joined with
-    ``leases``) of live leases ending after ``after``: all of them (``reservation_ids`` None),
-    or those of these reservations or on these hosts; as an allocation listing keeps them
-    (``allocation_listing``)."""
-    query = (
-        select(*columns)
-        .join(Lease, Lease.id == model.lease_id)
-        .where(Lease.deleted_at.is_(None), model.end_date > after)
+def loader(model: Any, make: Callable[[Sequence[Any]], R], *extra: Any) -> Loader[R]:
+    """The ``Loader`` of ``model``'s table (``host_id``, joined with ``leases``): each row made by
+    ``make`` from (host, reservation, lease, project, ``extra`` columns..., start, end), the
+    times as ``lease_text``."""
+    columns = (
+        model.host_id,
+        model.reservation_id,
+        model.lease_id,
+        Lease.project_id,
+        *extra,
+        iso_text(model.start_date),
+        iso_text(model.end_date),
     )
-    if reservation_ids is not None:
-        among_these = []
-        if reservation_ids:
-            among_these.append(among(session, model.reservation_id, reservation_ids))
-        if host_ids:
-            among_these.append(model.host_id.in_(sorted(host_ids)))
-        if not among_these:
-            return []
-        query = query.where(or_(*among_these))
-    return list(session.connection().execute(query).all())
+
+    def load(
+        session: Session,
+        after: dt.datetime,
+        reservation_ids: Collection[str] | None,
+        host_ids: Collection[int],
+    ) -> list[R]:
+        query = (
+            select(*columns)
+            .join(Lease, Lease.id == model.lease_id)
+            .where(Lease.deleted_at.is_(None), model.end_date > after)
+        )
+        if reservation_ids is not None:
+            among_these = []
+            if reservation_ids:
+                among_these.append(among(session, model.reservation_id, reservation_ids))
+            if host_ids:
+                among_these.append(model.host_id.in_(sorted(host_ids)))
+            if not among_these:
+                return []
+            query = query.where(or_(*among_these))
+        return [make(row) for row in session.connection().execute(query).all()]
+
+    return load
 
 
 def _order(row: Listed) -> tuple[str, str]:

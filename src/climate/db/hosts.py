@@ -281,26 +281,9 @@ class ListedRow(NamedTuple):
     end_date: str
 
 
-def listed_allocations(
-    session: Session,
-    after: dt.datetime,
-    reservation_ids: Collection[str] | None = None,
-    host_ids: Collection[int] = (),
-) -> list[ListedRow]:
-    """The allocations of live leases that end after ``after`` (all of them, or those of these
-    reservations or on these hosts), with each lease's project."""
-    columns = (
-        HostAllocation.host_id,
-        HostAllocation.reservation_id,
-        HostAllocation.lease_id,
-        Lease.project_id,
-        iso_text(HostAllocation.start_date),
-        iso_text(HostAllocation.end_date),
-    )
-    found = allocation_listing.rows(
-        session, HostAllocation, columns, after, reservation_ids, host_ids
-    )
-    return list(map(ListedRow._make, found))
+listed_allocations = allocation_listing.loader(HostAllocation, ListedRow._make)
+"""The allocations of live leases that end after a time (all of them, or those of these
+reservations or on these hosts), with each lease's project."""
 
 
 def property_settings(session: Session) -> dict[str, ResourceProperty]:

@@ -278,27 +278,11 @@ class ListedRow:
     end_date: str
 
 
-def listed_allocations(
-    session: Session,
-    after: dt.datetime,
-    reservation_ids: Collection[str] | None = None,
-    host_ids: Collection[int] = (),
-) -> list[ListedRow]:
-    """The instance allocations of live leases that end after ``after`` (all of them, or those
-    of these reservations or on these hosts), with each lease's project."""
-    columns = (
-        InstanceAllocation.host_id,
-        InstanceAllocation.reservation_id,
-        InstanceAllocation.lease_id,
-        Lease.project_id,
-        InstanceAllocation.count,
-        iso_text(InstanceAllocation.start_date),
-        iso_text(InstanceAllocation.end_date),
-    )
-    found = allocation_listing.rows(
-        session, InstanceAllocation, columns, after, reservation_ids, host_ids
-    )
-    return [ListedRow(*row) for row in found]
+listed_allocations = allocation_listing.loader(
+    InstanceAllocation, lambda row: ListedRow(*row), InstanceAllocation.count
+)
+"""The instance allocations of live leases that end after a time (all of them, or those of
+these reservations or on these hosts), with each lease's project."""
 
 
 @dataclass(frozen=True, slots=True)

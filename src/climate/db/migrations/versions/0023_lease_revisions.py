@@ -41,24 +41,28 @@ MOVED = (
 """A row moved to another lease (never done today): the one it left changed too."""
 
 
-def triggers() -> dict[str, str]:
-    """Each trigger's name and its statement."""
+GONE = "DELETE FROM lease_revisions WHERE lease_id = OLD.id;"
+
+
+def triggers(bump: str = BUMP, moved: str = MOVED, gone: str = GONE) -> dict[str, str]:
+    """Each trigger's name and its statement: ``bump`` counts a change of lease ``{lease}``,
+    ``moved`` one of a row that moved to another lease, ``gone`` a lease deleted outright
+    (later migrations count otherwise)."""
     made = {
         "lease_revision_leases": (
             "CREATE TRIGGER lease_revision_leases AFTER UPDATE ON leases BEGIN "
-            + BUMP.format(lease="NEW.id")
+            + bump.format(lease="NEW.id")
             + " END"
         ),
         "lease_revision_leases_gone": (
-            "CREATE TRIGGER lease_revision_leases_gone AFTER DELETE ON leases BEGIN "
-            "DELETE FROM lease_revisions WHERE lease_id = OLD.id; END"
+            f"CREATE TRIGGER lease_revision_leases_gone AFTER DELETE ON leases BEGIN {gone} END"
         ),
     }
     for table in CHILDREN:
         for when, bumps in (
-            ("INSERT", BUMP.format(lease="NEW.lease_id")),
-            ("DELETE", BUMP.format(lease="OLD.lease_id")),
-            ("UPDATE", BUMP.format(lease="NEW.lease_id") + MOVED),
+            ("INSERT", bump.format(lease="NEW.lease_id")),
+            ("DELETE", bump.format(lease="OLD.lease_id")),
+            ("UPDATE", bump.format(lease="NEW.lease_id") + moved),
         ):
             name = f"lease_revision_{table}_{when.lower()}"
             made[name] = f"CREATE TRIGGER {name} AFTER {when} ON {table} BEGIN {bumps} END"

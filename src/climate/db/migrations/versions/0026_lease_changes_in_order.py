@@ -41,32 +41,13 @@ INDEX = "ix_lease_revisions_seq"
 
 def triggers() -> dict[str, str]:
     """Each trigger's name and its statement."""
-    made = {
-        "lease_revision_leases_new": (
-            "CREATE TRIGGER lease_revision_leases_new AFTER INSERT ON leases BEGIN "
-            + BUMP.format(lease="NEW.id")
-            + " END"
-        ),
-        "lease_revision_leases": (
-            "CREATE TRIGGER lease_revision_leases AFTER UPDATE ON leases BEGIN "
-            + BUMP.format(lease="NEW.id")
-            + " END"
-        ),
-        "lease_revision_leases_gone": (
-            "CREATE TRIGGER lease_revision_leases_gone AFTER DELETE ON leases BEGIN "
-            + BUMP.format(lease="OLD.id")
-            + " END"
-        ),
-    }
-    for table in _0023.CHILDREN:
-        for when, bumps in (
-            ("INSERT", BUMP.format(lease="NEW.lease_id")),
-            ("DELETE", BUMP.format(lease="OLD.lease_id")),
-            ("UPDATE", BUMP.format(lease="NEW.lease_id") + MOVED),
-        ):
-            name = f"lease_revision_{table}_{when.lower()}"
-            made[name] = f"CREATE TRIGGER {name} AFTER {when} ON {table} BEGIN {bumps} END"
-    return made
+    new_lease = (
+        "CREATE TRIGGER lease_revision_leases_new AFTER INSERT ON leases BEGIN "
+        + BUMP.format(lease="NEW.id")
+        + " END"
+    )
+    made = _0023.triggers(BUMP, MOVED, BUMP.format(lease="OLD.id"))
+    return {"lease_revision_leases_new": new_lease, **made}
 
 
 def upgrade() -> None:

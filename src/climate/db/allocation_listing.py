@@ -117,9 +117,12 @@ class AllocationListing(Generic[R]):
         with self._guard:
             if not self._synced(session, since, now):
                 return None
+            # The ids under the guard: a catching up adds hosts to the dict; their lists are
+            # replaced, never changed, and read after it.
             hosts = self._hosts
+            ids = sorted(h for h in hosts if after is None or h > after)
         found = []
-        for host in sorted(h for h in hosts if after is None or h > after):
+        for host in ids:
             if any(
                 row.end_date > since_text and project_id in (None, row.project_id)
                 for row in hosts[host]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter
@@ -18,6 +18,7 @@ from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.bodies import AvailabilitySearch
 from climate.api.schemas.searches import CapacityTimelineAnswer, Windows
 from climate.db import volumes as volume_rows
+from climate.domain.formats import lease_dates
 from climate.domain.requests import ReservationRequest
 from climate.errors import InvalidInput
 from climate.resources.kinds import Kind
@@ -190,23 +191,20 @@ def _offered(r: OfferedReservation, kind: Kind | None) -> dict[str, Any]:
 
 
 def _timeline(capacity: Capacity, unit: str) -> dict[str, Any]:
-    step = dt.timedelta(seconds=capacity.bucket)
-    buckets: list[dict[str, Any]] = []
-    for i, free in enumerate(capacity.free):
-        bucket: dict[str, Any] = {
-            "start_date": wire.lease_date(capacity.start + step * i),
-            "free": free,
-        }
-        if capacity.busy is not None and capacity.partly is not None:
-            bucket.update(busy=capacity.busy[i], partly_busy=capacity.partly[i])
-        if capacity.largest is not None:
-            bucket["largest"] = capacity.largest[i]
-        buckets.append(bucket)
+    count = len(capacity.free)
+    dates = lease_dates(capacity.start, dt.timedelta(seconds=capacity.bucket), count + 1)
+    columns: dict[str, Sequence[Any]] = {"start_date": dates[:count], "free": capacity.free}
+    if capacity.busy is not None and capacity.partly is not None:
+        columns.update(busy=capacity.busy, partly_busy=capacity.partly)
+    if capacity.largest is not None:
+        columns["largest"] = capacity.largest
+    keys = tuple(columns)
+    buckets = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
     found: dict[str, Any] = {
         "resource_type": capacity.resource_type,
         "unit": unit,
-        "start_date": wire.lease_date(capacity.start),
-        "end_date": wire.lease_date(capacity.start + step * len(capacity.free)),
+        "start_date": dates[0],
+        "end_date": dates[count],
         "bucket": capacity.bucket,
         "total": capacity.total,
         "buckets": buckets,

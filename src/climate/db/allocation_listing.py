@@ -22,9 +22,8 @@ from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
 from climate.db import leases as lease_rows
-from climate.db.leases import among
 from climate.db.tables import Lease
-from climate.db.types import iso_text
+from climate.db.types import among, iso_text
 
 RELOAD_AFTER = dt.timedelta(hours=6)
 """How long rows are kept before everything is read again: the rows that ended meanwhile go."""
@@ -215,7 +214,7 @@ def loader(model: Any, make: Callable[[Sequence[Any]], R], *extra: Any) -> Loade
         if reservation_ids is not None:
             among_these = []
             if reservation_ids:
-                among_these.append(among(session, model.reservation_id, reservation_ids))
+                among_these.append(among(model.reservation_id, reservation_ids))
             if host_ids:
                 among_these.append(model.host_id.in_(sorted(host_ids)))
             if not among_these:

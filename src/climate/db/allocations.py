@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVarTuple
 
-from sqlalchemy import Insert, Select, Table, case, delete, insert, select, text, update
+from sqlalchemy import Insert, Select, Table, bindparam, case, delete, insert, select, text, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from climate.db import raw
@@ -192,12 +192,16 @@ def prune(session: Session, version: int) -> None:
 def changes_since(session: Session, version: int) -> set[str] | None:
     """Reservations whose allocations changed after ``version``; None if the log no longer
     reaches back that far."""
-    rows = session.execute(
-        select(AllocationChange.reservation_id).where(AllocationChange.version > version)
-    )
-    changed = {row[0] for row in rows}
+    changed = {row[0] for row in raw.rows(session, _CHANGED_SINCE, {"version": version})}
     # Read after the log: a reader on PostgreSQL (read committed, no admission lock) sees each
     # statement's own snapshot, and a prune committing between the two would otherwise cut
     # entries it had not read, with a horizon it had read as still behind.
-    pruned = session.scalar(select(Lock.version).where(Lock.name == CALENDAR_PRUNED)) or 0
-    return None if version < pruned else changed
+    pruned = raw.rows(session, _PRUNED, {})
+    return None if version < ((pruned[0][0] if pruned else 0) or 0) else changed
+
+
+# Built once: every request that reads a calendar or a listing catches up through these.
+_CHANGED_SINCE = select(AllocationChange.reservation_id).where(
+    AllocationChange.version > bindparam("version")
+)
+_PRUNED = select(Lock.version).where(Lock.name == CALENDAR_PRUNED)

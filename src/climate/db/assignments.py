@@ -14,9 +14,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from climate.db.leases import among, string_rows
+from climate.db.leases import string_rows
 from climate.db.tables import Assignment, new_id
-from climate.db.types import UTCDateTime
+from climate.db.types import UTCDateTime, among
 
 ASSIGNMENTS = cast(Table, Assignment.__table__)
 
@@ -143,7 +143,7 @@ def release_many(
     result = session.execute(
         update(ASSIGNMENTS)
         .where(
-            among(session, ASSIGNMENTS.c.reservation_id, reservation_ids),
+            among(ASSIGNMENTS.c.reservation_id, reservation_ids),
             ASSIGNMENTS.c.released_at.is_(None),
         )
         .values(released_at=now, end_policy=end_policy, state=state)

@@ -18,10 +18,9 @@ from climate.db.leases import (
     PENDING_EVENT,
     RESERVATIONS,
     DueEvent,
-    among,
 )
 from climate.db.tables import Event, Lease, Reservation
-from climate.db.types import as_utc
+from climate.db.types import among, as_utc
 from climate.domain.status import EventStatus
 
 
@@ -88,7 +87,7 @@ def take_waiting(session: Session, event_ids: Collection[str], now: dt.datetime)
     if not event_ids:
         return 0
     query = select(Event.id).where(
-        among(session, Event.id, event_ids),
+        among(Event.id, event_ids),
         Event.status == EventStatus.UNDONE,
         Event.not_before <= now,
     )
@@ -110,7 +109,7 @@ def lost_claims(session: Session, event_ids: Collection[str], owner: str) -> set
         return set()
     rows = session.execute(
         select(Event.id, Event.status, Event.claimed_by)
-        .where(among(session, Event.id, event_ids))
+        .where(among(Event.id, event_ids))
         .with_for_update()
     )
     return {
@@ -136,9 +135,7 @@ def claim_holders(session: Session, event_ids: Collection[str]) -> dict[str, tup
     counts one)."""
     if not event_ids:
         return {}
-    query = select(Event.id, Event.claimed_by, Event.attempts).where(
-        among(session, Event.id, event_ids)
-    )
+    query = select(Event.id, Event.claimed_by, Event.attempts).where(among(Event.id, event_ids))
     return {id: (holder or "", attempts) for id, holder, attempts in session.execute(query)}
 
 
@@ -150,7 +147,7 @@ def unclaim(session: Session, event_ids: Collection[str], owner: str, now: dt.da
     session.execute(
         update(EVENTS)
         .where(
-            among(session, EVENTS.c.id, event_ids),
+            among(EVENTS.c.id, event_ids),
             EVENTS.c.status == EventStatus.IN_PROGRESS,
             EVENTS.c.claimed_by == owner,
         )
@@ -185,7 +182,7 @@ def finish_events(
     }
     if taken_by is not None:
         values.update(claimed_by=taken_by, claimed_until=until, attempts=EVENTS.c.attempts + 1)
-    session.execute(update(EVENTS).where(among(session, EVENTS.c.id, event_ids)).values(**values))
+    session.execute(update(EVENTS).where(among(EVENTS.c.id, event_ids)).values(**values))
 
 
 def set_lease_status(
@@ -197,7 +194,7 @@ def set_lease_status(
     values: dict[str, object] = {"updated_at": at}
     if status is not None:
         values["status"] = status
-    session.execute(update(LEASES).where(among(session, LEASES.c.id, lease_ids)).values(**values))
+    session.execute(update(LEASES).where(among(LEASES.c.id, lease_ids)).values(**values))
 
 
 def set_reservation_status(
@@ -207,7 +204,7 @@ def set_reservation_status(
         return
     session.execute(
         update(RESERVATIONS)
-        .where(among(session, RESERVATIONS.c.id, reservation_ids))
+        .where(among(RESERVATIONS.c.id, reservation_ids))
         .values(status=status, updated_at=at)
     )
 
@@ -225,7 +222,7 @@ def leases_for_events(
         options.append(lazyload(Lease.events))
     query = (
         select(Lease)
-        .where(among(session, Lease.id, lease_ids))
+        .where(among(Lease.id, lease_ids))
         .options(*options)
         .execution_options(populate_existing=True)
     )

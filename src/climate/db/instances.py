@@ -7,10 +7,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVarTuple
 
-from sqlalchemy import Select, delete, insert, select, update
+from sqlalchemy import BindParameter, Select, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from climate.db import allocation_listing
+from climate.db import allocation_listing, raw
 from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
 from climate.db.hosts import SpanRow
@@ -22,7 +22,7 @@ from climate.db.tables import (
     new_id,
     table_of,
 )
-from climate.db.types import iso_text
+from climate.db.types import as_utc, in_listed, iso_text
 
 _Row = TypeVarTuple("_Row")
 RESOURCE_TYPE = "virtual:instance"
@@ -49,13 +49,31 @@ class UseRow:
     disk_gb: int
 
 
-_COLUMNS = (
+_START: BindParameter[Any] = bindparam("start")
+_END: BindParameter[Any] = bindparam("end")
+_OTHER_THAN: BindParameter[Any] = bindparam("other_than")
+# Built once (run below the ORM by ``raw.rows``): admission and every search ask, per window.
+_USES = select(
     InstanceAllocation.host_id,
     InstanceAllocation.start_date,
     InstanceAllocation.end_date,
     InstanceAllocation.vcpus,
     InstanceAllocation.memory_mb,
     InstanceAllocation.disk_gb,
+).where(
+    in_listed(InstanceAllocation.host_id, "hosts"),
+    InstanceAllocation.start_date < _END,
+    InstanceAllocation.end_date > _START,
+    InstanceAllocation.reservation_id != _OTHER_THAN,
+)
+_RESERVED_WHOLE = (
+    select(HostAllocation.host_id)
+    .where(
+        in_listed(HostAllocation.host_id, "hosts"),
+        HostAllocation.start_date < _END,
+        HostAllocation.end_date > _START,
+    )
+    .distinct()
 )
 
 
@@ -67,31 +85,22 @@ def uses(
     other_than: str,
 ) -> list[UseRow]:
     """What reservations other than ``other_than`` use of ``host_ids`` over [start, end)."""
-    rows = session.execute(
-        select(*_COLUMNS).where(
-            InstanceAllocation.host_id.in_(list(host_ids)),
-            InstanceAllocation.start_date < end,
-            InstanceAllocation.end_date > start,
-            InstanceAllocation.reservation_id != other_than,
-        )
+    found = raw.rows(
+        session,
+        _USES,
+        {"hosts": list(host_ids), "start": start, "end": end, "other_than": other_than},
     )
-    return [UseRow(*row) for row in rows]
+    return [UseRow(h, as_utc(s), as_utc(e), v, m, d) for h, s, e, v, m, d in found]
 
 
 def reserved_whole(
     session: Session, host_ids: Collection[int], start: dt.datetime, end: dt.datetime
 ) -> set[int]:
     """Those of ``host_ids`` that a ``physical:host`` reservation holds in [start, end)."""
-    rows = session.execute(
-        select(HostAllocation.host_id)
-        .where(
-            HostAllocation.host_id.in_(list(host_ids)),
-            HostAllocation.start_date < end,
-            HostAllocation.end_date > start,
-        )
-        .distinct()
+    found = raw.rows(
+        session, _RESERVED_WHOLE, {"hosts": list(host_ids), "start": start, "end": end}
     )
-    return {row[0] for row in rows}
+    return {row[0] for row in found}
 
 
 def hosts_of(session: Session, reservation_id: str) -> set[int]:

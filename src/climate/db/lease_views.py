@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import weakref
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, func, select, text
+from sqlalchemy import Select, bindparam, func, select, text
 from sqlalchemy.orm import Session
 
+from climate.db import raw
 from climate.db.chunks import chunked
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import (
@@ -27,8 +28,10 @@ from climate.db.tables import (
     LeaseRevision,
     Reservation,
     VolumeAllocation,
+    allocations_of,
     table_of,
 )
+from climate.db.types import in_listed
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +137,27 @@ _LAST_CHANGE = select(func.coalesce(func.max(_REVISIONS.seq), 0))
 _LEASE_COLUMNS = [_LEASES[f] for f in LeaseRecord._fields[:-2]]
 _RESERVATION_COLUMNS = [_RESERVATIONS[f] for f in ReservationRecord._fields[:-4]]
 _EVENT_COLUMNS = [_EVENTS[f] for f in EventRecord._fields]
-_ALLOCATIONS: list[tuple[str, type[Any], Any, list[Any]]] = [
-    (part, record, table_of(table).c[order], [table_of(table).c[f.name] for f in fields(record)])
+_LEASES_OF = select(*_LEASE_COLUMNS).where(in_listed(_LEASES.id, "ids"))
+# The parts of a lease, each read for many leases by one statement built once, in the order of
+# the ORM relationship it stands for (the order the ORM gives them in).
+_RESERVATIONS_OF = (
+    select(*_RESERVATION_COLUMNS)
+    .where(in_listed(_RESERVATIONS.lease_id, "ids"))
+    .order_by(_RESERVATIONS.created_at)
+)
+_EVENTS_OF = (
+    select(*_EVENT_COLUMNS)
+    .where(in_listed(_EVENTS.lease_id, "ids"))
+    .order_by(_EVENTS.time, _EVENTS.seq)
+)
+_ALLOCATIONS_OF: list[tuple[str, type[Any], Select[Any]]] = [
+    (
+        part,
+        record,
+        select(*(table_of(table).c[f.name] for f in fields(record)))
+        .where(in_listed(table_of(table).c.reservation_id, "ids"))
+        .order_by(table_of(table).c[order]),
+    )
     for part, record, table, order in (
         ("allocations", HostAllocationRecord, HostAllocation, "host_id"),
         ("item_allocations", ItemAllocationRecord, ItemAllocation, "item_id"),
@@ -256,20 +278,17 @@ class Owned(NamedTuple):
 def revision_of(session: Session, lease_id: str, project_id: str | None = None) -> Owned | None:
     """Live lease ``lease_id`` (of ``project_id`` if given) with its status, revision and owners;
     None when it is not found. Only where the database counts revisions (``counts``)."""
-    query = _revised(_LEASES.project_id, _LEASES.user_id).where(
-        _LEASES.id == lease_id, _LEASES.deleted_at.is_(None)
-    )
-    if project_id is not None:
-        query = query.where(_LEASES.project_id == project_id)
-    found = session.execute(query).first()
-    return None if found is None else Owned._make(found)
+    found = raw.rows(session, _REVISION_OF, {"lease_id": lease_id})
+    if not found or project_id not in (None, found[0][3]):
+        return None
+    return Owned._make(found[0])
 
 
 def by_ids(session: Session, ids: Collection[str]) -> dict[str, LeaseRecord]:
     """Leases ``ids`` (those found), each as ``live_page`` loads it."""
     rows: list[Any] = []
     for chunk in chunked(sorted(ids)):
-        rows += session.execute(select(*_LEASE_COLUMNS).where(_LEASES.id.in_(chunk))).all()
+        rows += session.execute(_LEASES_OF, {"ids": chunk}).all()
     return {lease.id: lease for lease in _complete(session, rows)}
 
 
@@ -297,6 +316,12 @@ def _revised(*more: Any) -> Select[Any]:
     )
 
 
+_REVISION_OF = _revised(_LEASES.project_id, _LEASES.user_id).where(
+    _LEASES.id == bindparam("lease_id"), _LEASES.deleted_at.is_(None)
+)
+"""Built once: every ``GET /v1/leases/{id}`` asks."""
+
+
 def _page(query: Select[Any], asked: Asked) -> Select[Any]:
     column, descending, marker = _LEASES[asked.sort_key], asked.descending, asked.marker
     query = query.where(_LEASES.deleted_at.is_(None))
@@ -315,30 +340,24 @@ def _page(query: Select[Any], asked: Asked) -> Select[Any]:
 
 def _complete(session: Session, rows: Sequence[Any]) -> list[LeaseRecord]:
     """Leases of these rows (``_LEASE_COLUMNS``), each with its reservations (their
-    allocations) and events."""
+    allocations: each read from the one table its type has) and events."""
     leases = [LeaseRecord._make((*row, [], [])) for row in rows]
     by_id = {lease.id: lease for lease in leases}
     reservations: dict[str, ReservationRecord] = {}
-    parts = select(*_RESERVATION_COLUMNS)
-    for row in _each(session, parts, _RESERVATIONS.lease_id, by_id, _RESERVATIONS.created_at):
+    for row in _each(session, _RESERVATIONS_OF, list(by_id)):
         reservation = ReservationRecord._make((*row, [], [], [], []))
         reservations[reservation.id] = reservation
         by_id[reservation.lease_id].reservations.append(reservation)
-    events = select(*_EVENT_COLUMNS)
-    for row in _each(session, events, _EVENTS.lease_id, by_id, _EVENTS.time, _EVENTS.seq):
+    for row in _each(session, _EVENTS_OF, list(by_id)):
         by_id[row.lease_id].events.append(EventRecord(*row))
-    if reservations:
-        for part, record, order, columns in _ALLOCATIONS:
-            for row in _each(session, select(*columns), columns[0], reservations, order):
-                getattr(reservations[row[0]], part).append(record(*row))
+    for part, record, statement in _ALLOCATIONS_OF:
+        using = [r.id for r in reservations.values() if allocations_of(r.resource_type) == part]
+        for row in _each(session, statement, using):
+            getattr(reservations[row[0]], part).append(record(*row))
     return leases
 
 
-def _each(
-    session: Session, query: Select[Any], owner: Any, ids: Iterable[str], *order: Any
-) -> Iterator[Any]:
-    """The rows of ``query`` whose ``owner`` is one of ``ids`` in ``order`` (the ``order_by``
-    of the ORM relationship they stand for, so that they come as the ORM gives them), a chunk
-    of ids at a time."""
-    for chunk in chunked(list(ids)):
-        yield from session.execute(query.where(owner.in_(chunk)).order_by(*order)).all()
+def _each(session: Session, statement: Select[Any], ids: Sequence[str]) -> Iterator[Any]:
+    """The rows of ``statement`` for ``ids`` (its ``ids`` parameter), a chunk at a time."""
+    for chunk in chunked(ids):
+        yield from session.execute(statement, {"ids": chunk}).all()

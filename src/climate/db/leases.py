@@ -12,29 +12,29 @@ from typing import Any, cast
 from psycopg.errors import LockNotAvailable
 from sqlalchemy import (
     ColumnElement,
-    String,
     Table,
     and_,
-    any_,
     bindparam,
     case,
     func,
     insert,
+    inspect,
     literal,
     or_,
     select,
     update,
 )
 from sqlalchemy import cast as cast_
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, lazyload, selectinload
+from sqlalchemy.orm import Session, aliased, lazyload, selectinload
+from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.db import managers, raw
 from climate.db.chunks import chunked
 from climate.db.engine import ADMISSION_LOCK
-from climate.db.tables import Base, Event, Lease, Lock, Reservation, table_of
-from climate.db.types import as_utc
+from climate.db.tables import Base, Event, Lease, Lock, Reservation, allocations_of, table_of
+from climate.db.types import among, as_utc
 from climate.domain.status import EVENT_ORDER, EventStatus, EventType, LeaseStatus, LeaseType
 from climate.domain.views import LeaseView
 from climate.errors import Conflict
@@ -54,9 +54,7 @@ def reminder_ids(session: Session, events: Iterable[DueEvent]) -> set[str]:
     before_end = [e.id for e in events if e.event_type == EventType.BEFORE_END_LEASE]
     if not before_end:
         return set()
-    query = select(Event.id).where(
-        among(session, Event.id, before_end), Event.priority == REMINDER_PRIORITY
-    )
+    query = select(Event.id).where(among(Event.id, before_end), Event.priority == REMINDER_PRIORITY)
     return set(session.scalars(query))
 
 
@@ -69,20 +67,6 @@ def reminder_offsets(lease: LeaseView) -> list[dt.timedelta]:
     """How long before the lease's end each of its reminders comes, longest first (as
     stored: a lease waiting or held has them before it has their events)."""
     return sorted((dt.timedelta(seconds=s) for s in lease.reminders or ()), reverse=True)
-
-
-def among(
-    session: Session,
-    column: ColumnElement[str] | InstrumentedAttribute[str],
-    values: Collection[str],
-) -> ColumnElement[bool]:
-    """``column IN values`` with the values as one parameter, however many (a JSON array on
-    SQLite, an array on PostgreSQL): a batch's statements then neither render nor bind
-    thousands of parameters, and SQLite's limit on their number never applies."""
-    if session.get_bind().dialect.name == "postgresql":
-        return column == any_(bindparam(None, list(values), type_=ARRAY(String)))
-    listed = func.json_each(literal(json.dumps(list(values)))).table_valued("value")
-    return column.in_(select(listed.c.value))
 
 
 def string_rows(session: Session, rows: Sequence[Sequence[str]], width: int) -> list[Any]:
@@ -114,21 +98,58 @@ def get(
     read is current, and a lease it has loaded is not loaded again (a query would: SQLAlchemy
     runs the eager loads of its rows again).
     """
+    options = _WHOLE if whole else _PART
     if locked and session.get_bind().dialect.name == "sqlite":
-        found = session.get(Lease, lease_id)
+        found = session.get(Lease, lease_id, options=options)
         if found is None or found.deleted_at is not None:
             return None
+        if whole:
+            _load_allocations(session, found.reservations, again=False)
         return found if project_id is None or found.project_id == project_id else None
     query = select(Lease).where(Lease.id == lease_id, Lease.deleted_at.is_(None))
     if project_id is not None:
         query = query.where(Lease.project_id == project_id)
     if locked:
         query = query.with_for_update().execution_options(populate_existing=True)
-    if not whole:
-        query = query.options(
-            lazyload(Lease.events), selectinload(Lease.reservations).lazyload("*")
-        )
-    return session.scalars(query).first()
+    lease = session.scalars(query.options(*options)).first()
+    if lease is not None and whole:
+        _load_allocations(session, lease.reservations, again=locked)
+    return lease
+
+
+_ALLOCATIONS = (
+    Reservation.allocations,
+    Reservation.instance_allocations,
+    Reservation.volume_allocations,
+    Reservation.item_allocations,
+)
+_WHOLE = (selectinload(Lease.reservations).options(*(lazyload(r) for r in _ALLOCATIONS)),)
+_PART = (lazyload(Lease.events), selectinload(Lease.reservations).lazyload("*"))
+
+
+def _load_allocations(
+    session: Session, reservations: Sequence[Reservation], *, again: bool
+) -> None:
+    """Fill the reservations' four allocation collections (those not loaded yet, or all of
+    them ``again``), reading only the table each one's type has: a host lease's load then runs
+    one allocation query, not four."""
+    for relation in _ALLOCATIONS:
+        filled = [r for r in reservations if again or relation.key in inspect(r).unloaded]
+        if not filled:
+            continue
+        held: dict[str, list[Any]] = {r.id: [] for r in filled}
+        using = [r.id for r in filled if allocations_of(r.resource_type) == relation.key]
+        if using:
+            model = relation.property.mapper.class_
+            query = (
+                select(model)
+                .where(model.reservation_id.in_(using))
+                .order_by(*relation.property.order_by)
+            )
+            for row in session.scalars(query):
+                held[row.reservation_id].append(row)
+        for reservation in filled:
+            set_committed_value(reservation, relation.key, held[reservation.id])
 
 
 def reservation(session: Session, reservation_id: str) -> Reservation:
@@ -237,6 +258,15 @@ def hold_waiting_events(session: Session, lease_id: str) -> list[Event]:
     never asks for a waiting one, so that wait closes no cycle; and the caller never locks a
     lease's events in another order than a manager taking them (head first).
     """
+    key = session.identity_key(Lease, lease_id)
+    if session.get_bind().dialect.name == "sqlite" and key not in session.identity_map:
+        # Nothing to lock: the lease is loaded whole at once, and the caller's ``get`` finds
+        # it loaded (its events are read once, not twice).
+        lease = session.get(Lease, lease_id, options=_WHOLE)
+        if lease is None:
+            return []
+        waiting = (e for e in lease.events if e.status == EventStatus.UNDONE)
+        return sorted(waiting, key=lambda e: (e.seq, e.id))
     query = (
         select(Event)
         .where(Event.lease_id == lease_id, Event.status == EventStatus.UNDONE)
@@ -337,7 +367,7 @@ def due_events(
             Event.seq,
             case((runnable, True), else_=False),
         )
-        .where(among(session, Event.lease_id, head_of), Event.status.in_(PENDING_EVENT))
+        .where(among(Event.lease_id, head_of), Event.status.in_(PENDING_EVENT))
         .order_by(Event.time, Event.priority, Event.id)
     )
     if postgres:
@@ -369,7 +399,7 @@ def claim(
         return
     session.execute(
         update(EVENTS)
-        .where(among(session, EVENTS.c.id, event_ids))
+        .where(among(EVENTS.c.id, event_ids))
         .values(
             status=EventStatus.IN_PROGRESS,
             claimed_by=owner,
@@ -467,11 +497,16 @@ def queue_places(session: Session) -> dict[str, int]:
     return {row.id: i for i, row in enumerate(waiting(session), start=1)}
 
 
+_QUEUE_WAITS = (
+    select(_LEASES.id)
+    .where(_LEASES.status == LeaseStatus.IN_PROGRESS, _LEASES.deleted_at.is_(None))
+    .limit(1)
+)
+
+
 def queue_waits(session: Session) -> bool:
-    query = select(Lease.id).where(
-        Lease.status == LeaseStatus.IN_PROGRESS, Lease.deleted_at.is_(None)
-    )
-    return session.execute(query.limit(1)).first() is not None
+    """Whether a lease waits for capacity (every change that frees some asks)."""
+    return bool(raw.rows(session, _QUEUE_WAITS, {}))
 
 
 def lapsed_holds(session: Session, now: dt.datetime) -> list[str]:

@@ -13,9 +13,8 @@ from sqlalchemy.orm import Session
 
 from climate.db import outbox
 from climate.db.engine import Database
-from climate.db.leases import among
 from climate.db.tables import Event, Lease, ManagerProcess, OutboxMessage
-from climate.db.types import as_utc
+from climate.db.types import among, as_utc
 
 
 def ping(session: Session) -> None:
@@ -55,7 +54,7 @@ def event_times(session: Session, event_ids: Collection[str]) -> dict[str, dt.da
     """The scheduled time of each of these events, by id."""
     if not event_ids:
         return {}
-    rows = session.execute(select(Event.id, Event.time).where(among(session, Event.id, event_ids)))
+    rows = session.execute(select(Event.id, Event.time).where(among(Event.id, event_ids)))
     return {str(event_id): time for event_id, time in rows}
 
 

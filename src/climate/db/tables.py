@@ -32,6 +32,20 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+_ALLOCATIONS_OF = {
+    "physical:host": "allocations",
+    "virtual:instance": "instance_allocations",
+    "virtual:volume": "volume_allocations",
+}
+
+
+def allocations_of(resource_type: str) -> str:
+    """Which of a ``Reservation``'s four allocation collections a reservation of this type
+    has (the others stay empty): every other type (devices, networks, floating IPs, plugins'
+    items) has item allocations. Loads read only that table."""
+    return _ALLOCATIONS_OF.get(resource_type, "item_allocations")
+
+
 def table_of(model: type[Base]) -> Table:
     """A model's table, for Core statements that skip the ORM's unit of work (hot paths)."""
     return cast(Table, model.__table__)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import DateTime, String
+from sqlalchemy import Boolean, ColumnElement, DateTime, String, bindparam
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import InstrumentedAttribute
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
@@ -91,3 +95,67 @@ def _iso_text_sqlite(element: iso_text, compiler: SQLCompiler, **kw: Any) -> str
 def _iso_text_postgresql(element: iso_text, compiler: SQLCompiler, **kw: Any) -> str:
     column = compiler.process(element.clauses, **kw)
     return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+
+
+class Listed(TypeDecorator[Collection[Any]]):
+    """A list of values bound as one parameter: a JSON array on SQLite (read by ``json_each``),
+    an array on PostgreSQL. The parameter of ``in_listed``."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, item: TypeEngine[Any]) -> None:
+        super().__init__()
+        self.item = item
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(ARRAY(self.item))
+        return dialect.type_descriptor(String())
+
+    def process_bind_param(self, value: Collection[Any] | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        return list(value) if dialect.name == "postgresql" else json.dumps(list(value))
+
+
+class in_listed(FunctionElement[bool]):
+    """``column IN`` the values of one ``Listed`` parameter, named ``name`` (given at each
+    execution: a statement built once binds any number of values as one; SQLAlchemy's
+    expanding ``IN`` renders and binds each value on every call, at more cost than the query's
+    own) or holding ``values`` (``among``)."""
+
+    type = Boolean()
+    inherit_cache = True
+    name = "in_listed"
+
+    def __init__(
+        self,
+        column: ColumnElement[Any] | InstrumentedAttribute[Any],
+        name: str | None = None,
+        values: Collection[Any] = (),
+    ) -> None:
+        listed = Listed(column.type)
+        bound = bindparam(name, type_=listed) if name else bindparam(None, values, type_=listed)
+        super().__init__(column, bound)
+
+
+def among(
+    column: ColumnElement[Any] | InstrumentedAttribute[Any], values: Collection[Any]
+) -> in_listed:
+    """``column IN values``, the values bound as one parameter however many: a batch's
+    statements then neither render nor bind thousands of parameters, and SQLite's limit on
+    their number never applies."""
+    return in_listed(column, values=values)
+
+
+@compiles(in_listed, "sqlite")
+def _in_listed_sqlite(element: in_listed, compiler: SQLCompiler, **kw: Any) -> str:
+    column, values = (compiler.process(c, **kw) for c in element.clauses)
+    return f"{column} IN (SELECT value FROM json_each({values}))"
+
+
+@compiles(in_listed, "postgresql")
+def _in_listed_postgresql(element: in_listed, compiler: SQLCompiler, **kw: Any) -> str:
+    column, values = (compiler.process(c, **kw) for c in element.clauses)
+    return f"{column} = ANY({values})"

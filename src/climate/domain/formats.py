@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
+
 LEASE_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 
 
@@ -17,6 +19,17 @@ def lease_date(value: dt.datetime) -> str:
     ``LEASE_DATE_FORMAT``). Written by ``isoformat``, about twice as fast as ``strftime``: a
     listing writes thousands."""
     return in_utc(value).isoformat(timespec="microseconds")[:26]
+
+
+def lease_dates(start: dt.datetime, step: dt.timedelta, count: int) -> list[str]:
+    """``lease_date`` of ``start``, ``start + step``, ... (``count`` instants), written in one
+    vectorised call: a capacity timeline writes one per bucket."""
+    first = np.datetime64(in_utc(start).replace(tzinfo=None), "us")
+    steps = np.arange(count, dtype=np.int64) * (step // dt.timedelta(microseconds=1))
+    written: list[str] = np.datetime_as_string(
+        first + steps.astype("timedelta64[us]"), unit="us"
+    ).tolist()
+    return written
 
 
 def duration(value: dt.timedelta) -> str:

@@ -152,11 +152,12 @@ class ReservationActionService:
             self._remote(DISCARD, handover)
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            lease = self._lease(session, DISCARD, actor, lease_id)
-            for handover in kept:
-                found = [r for r in lease.reservations if r.id == handover.reservation_id]
-                if found and DISCARD.refusal(found[0]) is None:  # else acknowledged meanwhile
-                    self._record(session, DISCARD, actor, lease, found[0], handover, now)
+            if kept:  # else ``cancel`` finds the lease and applies the same rule alone
+                lease = self._lease(session, DISCARD, actor, lease_id)
+                for handover in kept:
+                    found = [r for r in lease.reservations if r.id == handover.reservation_id]
+                    if found and DISCARD.refusal(found[0]) is None:  # else acknowledged
+                        self._record(session, DISCARD, actor, lease, found[0], handover, now)
             self.leases.cancel(session, actor, lease_id, now)
 
     def _run(self, action: _Action, actor: Actor, lease_id: str, reservation_id: str) -> Lease:

@@ -324,6 +324,8 @@ def mixed_targets(result: dict[str, Any]) -> list[Target]:
             f"{result['requests_per_second']:.1f} against {baseline['rev']}'s "
             f"{baseline['requests_per_second']:.1f} in this run; " + TODAY + "58-74/s"
         )
+        if baseline["rev"] != BASELINE_REV:
+            against += f" (the goal is {THROUGHPUT_GOAL:g}x {BASELINE_REV}'s)"
     return [
         Target(
             f"5xx answers, mixed load, {clients} clients",
@@ -334,7 +336,8 @@ def mixed_targets(result: dict[str, Any]) -> list[Target]:
         ),
         Target("requests without an answer, mixed load", float(result["no_answer"]), 0, "requests"),
         Target(
-            f"requests/s, mixed load, {clients} clients, over {BASELINE_REV}'s",
+            f"requests/s, mixed load, {clients} clients, over "
+            f"{BASELINE_REV if baseline is None else baseline['rev']}'s",
             ratio,
             THROUGHPUT_GOAL,
             "x",

@@ -79,7 +79,7 @@ def test_the_load_client_keeps_going_after_refusals(
     assert max(r[3] for r in load["records"]) > 1.5  # both went on to near the deadline
 
 
-def _result(rates: list[float], *, baseline: float | None) -> dict[str, Any]:
+def _result(rates: list[float], *, baseline: float | None, rev: str = "bc8738b") -> dict[str, Any]:
     """A mixed run's figures as ``run_mixed`` gives them, cut to what the targets read."""
     result: dict[str, Any] = {
         "config": {"clients": 32, "slice_seconds": 5.0},
@@ -91,7 +91,7 @@ def _result(rates: list[float], *, baseline: float | None) -> dict[str, Any]:
         "slices": [{"seconds": 5.0, "requests_per_second": rate} for rate in rates],
     }
     if baseline is not None:
-        result["baseline"] = {"rev": "bc8738b", "requests_per_second": baseline}
+        result["baseline"] = {"rev": rev, "requests_per_second": baseline}
     return result
 
 
@@ -106,6 +106,10 @@ def test_throughput_is_judged_against_the_baseline_measured_in_the_same_run() ->
 
     alone = {t.name: t for t in mixed_targets(_result([100.0] * 12, baseline=None))}
     assert alone["requests/s, mixed load, 32 clients, over bc8738b's"].measured is None
+
+    other = {t.name: t for t in mixed_targets(_result([100.0] * 12, baseline=50, rev="95fbca1"))}
+    against = other["requests/s, mixed load, 32 clients, over 95fbca1's"]
+    assert against.measured == 10.0 and "the goal is 5x bc8738b's" in against.note
 
 
 def test_throughput_kept_compares_the_first_and_the_last_ten_seconds() -> None:

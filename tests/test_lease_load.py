@@ -8,10 +8,11 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from sqlalchemy import event, select
 
 from climate.db import leases as lease_rows
-from climate.db.tables import Reservation
+from climate.db.tables import Lease, Reservation
 from climate.resources.items import DEVICES, FLOATING_IPS
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
@@ -33,13 +34,18 @@ MIXED = [
 ]
 
 
-def _inventory(ctx: ServiceContext, hosts: HostService) -> None:
+@pytest.fixture
+def mixed_lease(ctx: ServiceContext, hosts: HostService, leases: LeaseService) -> Lease:
+    """A lease with a reservation of every built-in type, each holding something."""
     add_hosts(hosts, 3, vcpus=8, memory_mb=8192, local_gb=100)
     fips = ItemService(ctx, FLOATING_IPS)
     for i in range(3):
         fips.create(ADMIN, {"floating_network_id": "net", "floating_ip_address": f"10.0.0.{i}"})
     ItemService(ctx, DEVICES).create(ADMIN, {"name": "dev-0"})
     VolumePoolService(ctx).create(ADMIN, {"name": "pool", "capacity_gb": 100})
+    start = T0 + dt.timedelta(hours=1)
+    window = (start, start + dt.timedelta(hours=2))
+    return leases.create(ADMIN, LeaseRequest("mixed", *window, reservations=MIXED))
 
 
 def _held(reservation: Reservation) -> dict[str, list[str]]:
@@ -62,13 +68,9 @@ def _selects(ctx: ServiceContext) -> Iterator[list[str]]:
 
 
 def test_a_whole_lease_has_the_allocations_the_eager_loads_give(
-    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+    ctx: ServiceContext, mixed_lease: Lease
 ) -> None:
-    _inventory(ctx, hosts)
-    start = T0 + dt.timedelta(hours=1)
-    lease = leases.create(
-        ADMIN, LeaseRequest("mixed", start, start + dt.timedelta(hours=2), reservations=MIXED)
-    )
+    lease = mixed_lease
     with ctx.db.reader() as session:
         expected = {
             r.id: _held(r)
@@ -84,13 +86,9 @@ def test_a_whole_lease_has_the_allocations_the_eager_loads_give(
 
 
 def test_a_whole_lease_loaded_after_a_part_of_it_gets_its_allocations(
-    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+    ctx: ServiceContext, mixed_lease: Lease
 ) -> None:
-    _inventory(ctx, hosts)
-    start = T0 + dt.timedelta(hours=1)
-    lease = leases.create(
-        ADMIN, LeaseRequest("mixed", start, start + dt.timedelta(hours=2), reservations=MIXED)
-    )
+    lease = mixed_lease
     with ctx.db.transaction() as session:
         part = lease_rows.get(session, lease.id, whole=False)
         assert part is not None

@@ -12,10 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from climate.config import Settings
-from climate.db import allocations, locking
+from climate.db import allocations, locking, raw
 from climate.db import hosts as host_rows
 from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK, Database
@@ -399,7 +400,7 @@ def test_a_booking_the_database_keeps_refusing_is_a_conflict_naming_the_host(
 
 
 def test_a_prune_committing_while_a_reader_reads_the_log_never_hides_a_change(
-    two_processes: tuple[ServiceContext, ServiceContext],
+    two_processes: tuple[ServiceContext, ServiceContext], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader's calendar far behind reads the log without the admission lock, statement by
     statement (read committed). A prune that commits between its statements must not leave it
@@ -421,12 +422,17 @@ def test_a_prune_committing_while_a_reader_reads_the_log_never_hides_a_change(
         with first.db.transaction(lock=ADMISSION_LOCK) as other:
             allocations.prune(other, 12_000)
 
+    rows = raw.rows
+
+    def rows_then_prune(session: Session, statement: Any, params: Any) -> list[Any]:
+        found = rows(session, statement, params)
+        prune_once()
+        return found
+
     with second.db.reader() as session:
         session.execute(text("SELECT 1"))
-        event.listen(second.db.engine, "after_cursor_execute", prune_once)
-        try:
-            found = allocations.changes_since(session, 5)
-        finally:
-            event.remove(second.db.engine, "after_cursor_execute", prune_once)
+        monkeypatch.setattr(raw, "rows", rows_then_prune)
+        found = allocations.changes_since(session, 5)
+        monkeypatch.undo()
     assert pruned == [True]
     assert found is None or found >= {"cut", "kept"}

@@ -17,7 +17,7 @@ from climate.resources.items import DEVICES, FLOATING_IPS
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.items import ItemService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService, ReservationRequest
 from climate.services.volume_pools import VolumePoolService
 from tests.conftest import ADMIN, T0
 from tests.helpers import add_hosts, host_request
@@ -114,3 +114,21 @@ def test_a_host_lease_is_loaded_whole_in_four_reads(
         assert loaded.reservations[0].instance_allocations == []
     tables = sorted(re.search(r"\bFROM\s+(\w+)", s).group(1) for s in seen)  # type: ignore[union-attr]
     assert tables == ["events", "host_allocations", "leases", "reservations"]
+
+
+def test_an_update_and_a_delete_read_the_lease_once(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    """The event hold and the lease load share one read of the lease (SQLite: the hold loads
+    it whole and keeps it for the transaction; PostgreSQL: the hold reads events only)."""
+    add_hosts(hosts, 2)
+    lease = leases.create(ADMIN, host_request("one", T0, T0 + dt.timedelta(hours=1)))
+    longer = LeaseChanges(end=T0 + dt.timedelta(hours=2))
+    for change in (
+        lambda: leases.update(ADMIN, lease.id, longer),
+        lambda: leases.delete(ADMIN, lease.id),
+    ):
+        with _selects(ctx) as seen:
+            change()
+        whole = [s for s in seen if re.search(r"\bFROM\s+leases\b", s) and "leases.name" in s]
+        assert len(whole) == 1, whole

@@ -247,6 +247,10 @@ def _columns(row: Base) -> dict[str, Any]:
     return {column.key: getattr(row, column.key) for column in table_of(type(row)).columns}
 
 
+_HELD_LEASES = "held_leases"
+"""``session.info`` key: the leases ``hold_waiting_events`` loaded whole (SQLite)."""
+
+
 def hold_waiting_events(session: Session, lease_id: str) -> list[Event]:
     """The lease's waiting events, locked in lifecycle order (PostgreSQL; SQLite writers are
     serialised anyway): no manager can take them until this transaction ends. An API change to
@@ -265,6 +269,9 @@ def hold_waiting_events(session: Session, lease_id: str) -> list[Event]:
         lease = session.get(Lease, lease_id, options=_WHOLE)
         if lease is None:
             return []
+        # The identity map holds what is unchanged weakly: kept for the transaction, or it is
+        # gone (and loaded again) by the time the caller asks.
+        session.info.setdefault(_HELD_LEASES, []).append(lease)
         waiting = (e for e in lease.events if e.status == EventStatus.UNDONE)
         return sorted(waiting, key=lambda e: (e.seq, e.id))
     query = (

@@ -7,14 +7,14 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Boolean, ColumnElement, DateTime, String, bindparam
+from sqlalchemy import ColumnElement, DateTime, String, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import InstrumentedAttribute
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import TypeDecorator, TypeEngine
+from sqlalchemy.types import NullType, TypeDecorator, TypeEngine
 
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
@@ -119,13 +119,15 @@ class Listed(TypeDecorator[Collection[Any]]):
         return list(value) if dialect.name == "postgresql" else json.dumps(list(value))
 
 
-class in_listed(FunctionElement[bool]):
+class in_listed(FunctionElement[Any]):
     """``column IN`` the values of one ``Listed`` parameter, named ``name`` (given at each
     execution: a statement built once binds any number of values as one; SQLAlchemy's
     expanding ``IN`` renders and binds each value on every call, at more cost than the query's
     own) or holding ``values`` (``among``)."""
 
-    type = Boolean()
+    # Untyped: a Boolean on SQLite (no native booleans) renders as ``... = 1`` in a WHERE,
+    # which the planner cannot search an index for: every such read scanned its whole table.
+    type = NullType()
     inherit_cache = True
     name = "in_listed"
 
@@ -152,10 +154,10 @@ def among(
 @compiles(in_listed, "sqlite")
 def _in_listed_sqlite(element: in_listed, compiler: SQLCompiler, **kw: Any) -> str:
     column, values = (compiler.process(c, **kw) for c in element.clauses)
-    return f"{column} IN (SELECT value FROM json_each({values}))"
+    return f"({column} IN (SELECT value FROM json_each({values})))"
 
 
 @compiles(in_listed, "postgresql")
 def _in_listed_postgresql(element: in_listed, compiler: SQLCompiler, **kw: Any) -> str:
     column, values = (compiler.process(c, **kw) for c in element.clauses)
-    return f"{column} = ANY({values})"
+    return f"({column} = ANY({values}))"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,7 +20,9 @@ from sqlalchemy.orm import Session
 from climate.config import Settings
 from climate.db import allocations, locking, raw
 from climate.db import hosts as host_rows
+from climate.db import leases as lease_rows
 from climate.db.calendar_cache import CalendarCache
+from climate.db.change_feed import ChangeFeed
 from climate.db.engine import ADMISSION_LOCK, Database
 from climate.db.leases import EVENTS_CHANNEL
 from climate.domain.clock import ManualClock
@@ -341,7 +345,7 @@ def _missing_every_change(monkeypatch: pytest.MonkeyPatch, *, on_reload_too: boo
     """This process's calendars read no other process's change from the log (and, with
     ``on_reload_too``, none of the hosts' allocations when loaded whole): a calendar that
     missed a commit, which only the database's exclusion constraint then catches."""
-    monkeypatch.setattr(allocations, "changes_since", lambda _session, _version: set())
+    monkeypatch.setattr(allocations, "changes_since", lambda _session, _version, _upto: set())
     if on_reload_too:
         monkeypatch.setattr(host_rows, "spans_since", lambda _session, _since: [])
 
@@ -432,7 +436,107 @@ def test_a_prune_committing_while_a_reader_reads_the_log_never_hides_a_change(
     with second.db.reader() as session:
         session.execute(text("SELECT 1"))
         monkeypatch.setattr(raw, "rows", rows_then_prune)
-        found = allocations.changes_since(session, 5)
+        found = allocations.changes_since(session, 5, 12_000)
         monkeypatch.undo()
     assert pruned == [True]
     assert found is None or found >= {"cut", "kept"}
+
+
+# -- the change feed: what other processes changed, told by NOTIFY (db/change_feed.py) -------
+
+
+def _listening(process: ServiceContext) -> ChangeFeed:
+    feed = process.db.feed
+    assert feed is not None
+    feed.start()
+    _until(lambda: feed.listening, "the change feed to listen")
+    return feed
+
+
+def _told_up_to_now(process: ServiceContext, feed: ChangeFeed) -> None:
+    with process.db.reader() as session:
+        committed = lease_rows.admission_version(session)
+    _until(lambda: (feed.latest() or 0) >= committed, f"version {committed} to be told")
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"waited 10 s for {what}"
+        time.sleep(0.01)
+
+
+def test_a_calendar_catches_up_from_what_the_feed_told_without_reading_the_log(
+    two_processes: tuple[ServiceContext, ServiceContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = two_processes
+    feed = _listening(second)
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    LeaseService(second).create(BOB, host_request("warm", T0 + 5 * HOUR, T0 + 6 * HOUR))
+    # A shared admission (numbered at commit) books host 1 in the first process.
+    booked = LeaseService(first).create(ALICE, host_request("a", *window, resource_properties=IN_A))
+    _told_up_to_now(first, feed)
+    logged = allocations._CHANGED_SINCE
+    rows = raw.rows
+
+    def no_log(session: Session, statement: Any, params: Any) -> list[Any]:
+        assert statement is not logged, "the log was read though the feed had every change"
+        return rows(session, statement, params)
+
+    monkeypatch.setattr(raw, "rows", no_log)
+    with pytest.raises(NotEnoughCapacity):
+        LeaseService(second).create(BOB, host_request("b", *window, resource_properties=IN_A))
+    # An exclusive change (a delete) is told too: host 1 is free again in the second's calendar.
+    LeaseService(first).delete(ALICE, booked.id)
+    _told_up_to_now(first, feed)
+    again = LeaseService(second).create(BOB, host_request("c", *window, resource_properties=IN_A))
+    assert hosts_of(again) == {1}
+    assert feed.served >= 2
+    assert _overlaps(first) == 0
+
+
+def test_changes_too_many_to_tell_are_read_from_the_log(
+    two_processes: tuple[ServiceContext, ServiceContext],
+) -> None:
+    first, second = two_processes
+    feed = _listening(second)
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    LeaseService(second).create(BOB, host_request("warm", T0 + 5 * HOUR, T0 + 6 * HOUR))
+    LeaseService(first).create(ALICE, host_request("a", *window, resource_properties=IN_A))
+    with first.db.transaction(lock=ADMISSION_LOCK) as session:
+        many = [str(uuid.uuid4()) for _ in range(300)]  # reservations since deleted
+        allocations.record_changes(session, session.info["lock_version"], many)
+    _told_up_to_now(first, feed)
+    missed = feed.missed
+    with pytest.raises(NotEnoughCapacity):
+        LeaseService(second).create(BOB, host_request("b", *window, resource_properties=IN_A))
+    assert feed.missed == missed + 1
+    assert _overlaps(first) == 0
+
+
+def test_a_feed_that_lost_its_connection_listens_again_and_misses_nothing(
+    two_processes: tuple[ServiceContext, ServiceContext], pg_url: str
+) -> None:
+    first, second = two_processes
+    feed = _listening(second)
+    LeaseService(second).create(BOB, host_request("warm", T0 + 5 * HOUR, T0 + 6 * HOUR))
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
+            (ChangeFeed.APPLICATION_NAME,),
+        )
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    # Booked while the feed may be down: the second process must see it either way.
+    LeaseService(first).create(ALICE, host_request("a", *window, resource_properties=IN_A))
+    with pytest.raises(NotEnoughCapacity):
+        LeaseService(second).create(BOB, host_request("b", *window, resource_properties=IN_A))
+    _until(lambda: feed.listening and (feed.latest() is None), "the feed to listen again")
+    later = (T0 + 10 * HOUR, T0 + 12 * HOUR)
+    LeaseService(first).create(ALICE, host_request("d", *later, resource_properties=IN_A))
+    _told_up_to_now(first, feed)
+    served = feed.served
+    with pytest.raises(NotEnoughCapacity):
+        LeaseService(second).create(BOB, host_request("e", *later, resource_properties=IN_A))
+    assert feed.served == served + 1
+    assert _overlaps(first) == 0

@@ -63,6 +63,12 @@ REFUSALS = Counter(
     "(too_few_match, too_few_free, shared, unexplained) and resource type",
     ["reason", "resource_type"],
 )
+CATCH_UPS = Counter(
+    "climate_calendar_catch_ups",
+    "In-memory calendars brought up to other processes' changes on PostgreSQL, by where the "
+    "changes came from (feed: told by NOTIFY; log: read from allocation_changes)",
+    ["source"],
+)
 EVENT_LAG = Histogram(
     "climate_event_lag_seconds",
     "How long after its time a lease event was done, by event type",

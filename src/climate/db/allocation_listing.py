@@ -137,7 +137,7 @@ class AllocationListing(Generic[R]):
         if self._version is None or now - self._loaded_at > RELOAD_AFTER:
             self._reload(session, now)
         elif self._version < version:
-            changed = allocation_rows.changes_since(session, self._version)
+            changed = allocation_rows.changes_since(session, self._version, version)
             if changed is None:
                 self._reload(session, now)
             else:

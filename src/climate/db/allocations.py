@@ -12,7 +12,8 @@ from typing import Any, Protocol, TypeVarTuple
 from sqlalchemy import Insert, Select, Table, bindparam, case, delete, insert, select, text, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from climate.db import raw
+from climate.db import change_feed, raw
+from climate.db.change_feed import ChangeFeed
 from climate.db.tables import AllocationChange, Lease, Lock, new_id, table_of
 
 _Row = TypeVarTuple("_Row")
@@ -141,32 +142,58 @@ def truncate(session: Session, model: Any, reservation_id: str, at: dt.datetime)
 def record_changes(session: Session, version: int, reservation_ids: Iterable[str]) -> None:
     """Log that these reservations' allocations changed at admission ``version``; now and then
     forget old entries (a process that far behind reloads everything)."""
+    ids = list(reservation_ids)
     raw.write(
         session,
         _insert_into(table_of(AllocationChange)),
-        [{"version": version, "reservation_id": rid} for rid in reservation_ids],
+        [{"version": version, "reservation_id": rid} for rid in ids],
     )
+    if session.info.get(change_feed.FEED) is not None:
+        session.info.setdefault(change_feed.TOLD, {}).setdefault(version, set()).update(ids)
     if prunes_at(version):
         prune(session, version)
+
+
+def tell(session: Session, version: int) -> None:
+    """PostgreSQL: notify every process's change feed, at commit, of what this transaction
+    changed under ``version`` (the admission lock's, taken in the exclusive mode), even nothing:
+    a version never told makes the feeds read the log for it."""
+    told: dict[int, set[str]] = session.info.pop(change_feed.TOLD, {})
+    told.setdefault(version, set())
+    for number, ids in sorted(told.items()):
+        raw.rows(
+            session,
+            _NOTIFY,
+            {"channel": change_feed.CHANNEL, "payload": change_feed.payload(number, ids)},
+        )
+
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
 _NUMBER_AND_LOG = text(
     "WITH numbered AS (UPDATE locks SET version = version + 1 WHERE name = :lock_name"
     " RETURNING version),"
     " logged AS (INSERT INTO allocation_changes (version, reservation_id)"
-    " SELECT numbered.version, owner FROM numbered, unnest(CAST(:owners AS text[])) AS owner)"
-    " SELECT version FROM numbered"
+    " SELECT numbered.version, owner FROM numbered, unnest(CAST(:owners AS text[])) AS owner),"
+    " told AS (SELECT pg_notify(:channel, numbered.version || :ids) FROM numbered)"
+    " SELECT version FROM numbered, told"
 )
 
 
 def number_and_commit(session: Session, lock_name: str, reservation_ids: Iterable[str]) -> int:
     """PostgreSQL: take the next version of lock ``lock_name``, log these reservations'
-    changes under it and commit, in one round trip (a shared admission's last statement: the
-    row stays locked only until the commit ends). The caller prunes the log if ``prunes_at``
-    the version."""
-    version: int = raw.rows_then_commit(
-        session, _NUMBER_AND_LOG, {"lock_name": lock_name, "owners": sorted(reservation_ids)}
-    )[0][0]
+    changes under it, notify every process's change feed of them and commit, in one round
+    trip (a shared admission's last statement: the row stays locked only until the commit
+    ends). The caller prunes the log if ``prunes_at`` the version."""
+    owners = sorted(reservation_ids)
+    parameters = {
+        "lock_name": lock_name,
+        "owners": owners,
+        "channel": change_feed.CHANNEL,
+        "ids": change_feed.ids_part(owners),
+    }
+    version: int = raw.rows_then_commit(session, _NUMBER_AND_LOG, parameters)[0][0]
     return version
 
 
@@ -189,9 +216,15 @@ def prune(session: Session, version: int) -> None:
     )
 
 
-def changes_since(session: Session, version: int) -> set[str] | None:
-    """Reservations whose allocations changed after ``version``; None if the log no longer
-    reaches back that far."""
+def changes_since(session: Session, version: int, upto: int) -> set[str] | None:
+    """Reservations whose allocations changed after ``version`` (up to ``upto`` at least, the
+    version ``session`` sees): from the database's change feed if it has them all, else from
+    the log; None if the log no longer reaches back that far."""
+    feed: ChangeFeed | None = session.info.get(change_feed.FEED)
+    if feed is not None:
+        told = feed.changes(version, upto)
+        if told is not None:
+            return told
     changed = {row[0] for row in raw.rows(session, _CHANGED_SINCE, {"version": version})}
     # Read after the log: a reader on PostgreSQL (read committed, no admission lock) sees each
     # statement's own snapshot, and a prune committing between the two would otherwise cut

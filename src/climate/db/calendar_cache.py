@@ -4,7 +4,8 @@ Admission asks it what is busy around a window instead of scanning the allocatio
 ``host_allocations``, of one kind of item in ``item_allocations``: an ``AllocationStore``). It is
 only changed under the admission lock, whose version numbers every committed change: before
 use, the cache reloads just the reservations logged in ``allocation_changes`` since the version
-it reflects (other processes' admissions), or everything if the log no longer reaches back.
+it reflects (other processes' admissions; on PostgreSQL usually told by the change feed,
+``db/change_feed.py``, without reading the log), or everything if the log no longer reaches back.
 Changes made in a transaction are applied at once and undone if it rolls back. In the lock's
 shared mode (``db/locking.py``) several admissions of this process may have booked here at once,
 each in its own reservation; their changes are logged under the version their commit takes.
@@ -157,7 +158,7 @@ class CalendarCache:
                 if self._version is None:
                     self._reload(session)
                 elif self._version < ours - 1:
-                    self._catch_up(session, self._version)
+                    self._catch_up(session, self._version, ours - 1)
                 self._version = ours - 1
             session.info[self._synced] = True
             # Owners marked stale after the last read are not in the calendar at commit: then
@@ -180,7 +181,7 @@ class CalendarCache:
             if self._version is None:
                 self._reload(session)
             elif self._version < committed:
-                self._catch_up(session, self._version)
+                self._catch_up(session, self._version, committed)
             else:
                 return
             self._version = committed
@@ -201,8 +202,8 @@ class CalendarCache:
         with self._guard:
             yield self._calendar
 
-    def _catch_up(self, session: Session, version: int) -> None:
-        changed = allocation_rows.changes_since(session, version)
+    def _catch_up(self, session: Session, version: int, upto: int) -> None:
+        changed = allocation_rows.changes_since(session, version, upto)
         if changed is None:
             self._reload(session)
             return

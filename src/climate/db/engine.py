@@ -19,12 +19,14 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from climate.db import allocations, locking, raw
+from climate.db import allocations, change_feed, locking, raw
+from climate.db.change_feed import ChangeFeed
 from climate.db.tables import Lock, table_of
 
 ADMISSION_LOCK = "admission"
 _SHARED = "admission_shared"
 CHANGED = "allocations_changed"
+_TELL = "admission_told"
 AFTER_COMMIT = "after_commit"
 """``session.info`` key: what to do once a write transaction has committed and SQLite's
 writers' turn is released (``Database.transaction``)."""
@@ -95,7 +97,13 @@ class Database:
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
         self.engine = _make_engine(url, echo)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.feed = (
+            ChangeFeed(self.engine.url, ADMISSION_LOCK) if self.dialect == "postgresql" else None
+        )
+        # Each session's info starts as a copy of this: the repository functions find the feed.
+        self._sessions = sessionmaker(
+            self.engine, expire_on_commit=False, info={change_feed.FEED: self.feed}
+        )
         path = _sqlite_file(url)
         self._writers = Writers(path) if self.dialect == "sqlite" else None
         self._checkpoints = Checkpoints(self.engine) if path else None
@@ -155,6 +163,8 @@ class Database:
                             session.rollback()
                         elif session.info.get(_SHARED):
                             self._number_commit(session)
+                        elif _TELL in session.info:
+                            allocations.tell(session, session.info[_TELL])
                 except BaseException:
                     _undo(session)  # the commit failed
                     raise
@@ -188,7 +198,10 @@ class Database:
                 session.info[_SHARED] = True
                 return
             locking.exclusive(session)
-        session.info["lock_version"] = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
+        version = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
+        session.info["lock_version"] = version
+        if name == ADMISSION_LOCK and session.get_bind().dialect.name == "postgresql":
+            session.info[_TELL] = version  # told to every process's change feed at commit
 
     @staticmethod
     def admitting(session: Session) -> bool:
@@ -231,6 +244,8 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        if self.feed is not None:
+            self.feed.close()
         if self._checkpoints is not None:
             self._checkpoints.close()
         if self._writers is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from hypothesis import strategies as st
 from climate.api.allocation_renders import AllocationRenders
 from climate.backends.standalone import StandaloneBackend
 from climate.config import load_settings
+from climate.db import allocation_listing as listing_rows
+from climate.db.allocation_listing import AllocationListing
 from climate.db.engine import Database
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
@@ -222,3 +225,71 @@ def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
             other_db.dispose()
 
     check()
+
+
+@dataclass(frozen=True)
+class Row:
+    host_id: int
+    reservation_id: str
+    lease_id: str
+    project_id: str
+    start_date: str = "2030-01-01T00:00:00.000000"
+    end_date: str = "2031-01-01T00:00:00.000000"
+
+
+NO_SESSION: Any = None
+"""The listing's reads of the database are replaced below: no session is used."""
+
+
+class _CatchUpWhileIterated(dict[int, list[Row]]):
+    """Kept rows per host that let another request catch up while they are iterated: the
+    interleaving of the race 95fbca1 fixed (a page's hosts were picked outside the guard, while
+    a catching up could add hosts to this dict: "dictionary changed size during iteration")."""
+
+    def __init__(self, kept: dict[int, list[Row]], catch_up: Callable[[], None]) -> None:
+        super().__init__(kept)
+        self.catch_up: Callable[[], None] | None = catch_up
+        self.other: threading.Thread | None = None
+
+    def __iter__(self) -> Iterator[int]:
+        keys = super().__iter__()
+        yield next(keys)
+        if self.catch_up is not None:
+            self.other = threading.Thread(target=self.catch_up)
+            self.catch_up = None
+            self.other.start()
+            self.other.join(timeout=0.3)  # it waits for the guard, if the iteration holds it
+        yield from keys
+
+
+def test_a_page_of_hosts_is_picked_whole_while_another_request_catches_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = [Row(h, f"r{h}", f"l{h}", "p") for h in (1, 2, 3)]
+    committed = [1]
+
+    def load(_session: Any, _after: Any, reservations: Any, _hosts: Any) -> list[Row]:
+        return [r for r in rows if reservations is None or r.reservation_id in reservations]
+
+    monkeypatch.setattr(listing_rows.lease_rows, "admission_version", lambda _s: committed[0])
+    monkeypatch.setattr(
+        listing_rows.allocation_rows, "changes_since", lambda _s, _since, _upto: {"r9"}
+    )
+    listing: AllocationListing[Row] = AllocationListing(load)
+
+    def page() -> list[int] | None:
+        return listing.hosts(NO_SESSION, T0, T0, project_id=None, after=None, limit=10)
+
+    assert page() == [1, 2, 3]
+
+    def catch_up() -> None:
+        rows.append(Row(9, "r9", "l9", "p"))
+        committed[0] = 2  # another admission committed a lease on host 9
+        listing.per_host(NO_SESSION, [9], T0, T0)
+
+    kept = _CatchUpWhileIterated(listing._hosts, catch_up)
+    listing._hosts = kept
+    assert page() == [1, 2, 3]  # the page as it was when picked
+    assert kept.other is not None
+    kept.other.join()
+    assert page() == [1, 2, 3, 9]

@@ -229,8 +229,8 @@ def changes_since(session: Session, version: int, upto: int) -> set[str] | None:
     # Read after the log: a reader on PostgreSQL (read committed, no admission lock) sees each
     # statement's own snapshot, and a prune committing between the two would otherwise cut
     # entries it had not read, with a horizon it had read as still behind.
-    pruned = raw.rows(session, _PRUNED, {})
-    return None if version < ((pruned[0][0] if pruned else 0) or 0) else changed
+    horizon = max((row[0] or 0 for row in raw.rows(session, _PRUNED, {})), default=0)
+    return None if version < horizon else changed
 
 
 # Built once: every request that reads a calendar or a listing catches up through these.

@@ -6,7 +6,9 @@ through the middleware over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
@@ -14,11 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
+from sqlalchemy import text
 from starlette.types import Message, Receive, Scope, Send
 
 from climate.api.scheduling import MAX_RUNNING, Queue, RequestScheduler, is_change, kind
 from climate.config import load_settings
 from climate.errors import InvalidInput
+from tests.conftest import LiveServer, serve
 
 NEVER = 1e9
 """A ``lend_after`` no test waits for."""
@@ -409,3 +413,70 @@ def test_an_answer_read_slowly_holds_no_slot() -> None:
 def test_bad_scheduling_settings_name_the_variable(variable: str, value: str) -> None:
     with pytest.raises(InvalidInput, match=variable):
         load_settings(env={variable: value})
+
+
+# -- on a real server: a request waiting on the cloud lends its slot -----------------------------
+
+STUCK = 2.0
+"""How long the slow request runs: an immediate lease's creation waits this long for a start the
+cloud never finishes (every backend call hangs)."""
+
+
+def _slow_then_listed(sqlite_url: str, lend_ms: float) -> tuple[float, bool]:
+    """One slot; an immediate lease's creation holding it for ``STUCK`` seconds; then a lease
+    listing. How long the listing took, and whether the creation was still running then."""
+    settings = load_settings(
+        env={},
+        request_slots=1,
+        request_lend_ms=lend_ms,
+        backend="faulty",
+        fault_hang_rate=1.0,
+        backend_timeout_seconds=STUCK + 1,
+        immediate_wait_seconds=STUCK,
+    )
+    lease = {
+        "name": "now",
+        "start_date": "now",
+        "end_date": "2099-01-01 00:00",
+        "lease_type": "immediate",
+        "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+    }
+    with serve(settings, sqlite_url) as server, httpx.Client(base_url=server.url) as client:
+        assert client.post("/v1/os-hosts", json={"name": "slow-1"}).status_code == 201
+        with ThreadPoolExecutor(1) as pool:
+            creating = pool.submit(client.post, "/v1/leases", json=lease, timeout=30)
+            _until_written(server, "now")  # then the creation holds the slot, waiting
+            began = time.monotonic()
+            listing = client.get("/v1/leases", timeout=30)
+            took = time.monotonic() - began
+            still_running = not creating.done()
+            created = creating.result()
+    assert created.status_code == 201, created.text
+    assert created.json()["lease"]["status"] != "ACTIVE"  # the cloud never started it
+    assert listing.status_code == 200, listing.text
+    return took, still_running
+
+
+def _until_written(server: LiveServer, name: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        with server.ctx.db.reader() as session:
+            found = session.execute(
+                text("SELECT count(*) FROM leases WHERE name = :n"), {"n": name}
+            )
+            if found.scalar_one():
+                return
+        assert time.monotonic() < deadline, f"lease {name!r} not written in 10 s"
+        time.sleep(0.02)
+
+
+def test_on_a_real_server_a_request_waiting_on_the_cloud_lends_its_slot(sqlite_url: str) -> None:
+    took, still_running = _slow_then_listed(sqlite_url, lend_ms=100)
+    assert still_running
+    assert took < STUCK / 2
+
+
+def test_on_a_real_server_a_slot_not_lent_makes_the_next_request_wait(sqlite_url: str) -> None:
+    took, still_running = _slow_then_listed(sqlite_url, lend_ms=60_000)
+    assert not still_running
+    assert took > STUCK - 0.8

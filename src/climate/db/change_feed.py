@@ -45,16 +45,16 @@ POLL_SECONDS = 0.25
 def payload(version: int, reservation_ids: Collection[str]) -> str:
     """The notification of ``version``: ``"<version>"`` alone when it changed no allocations,
     else ``"<version> <id>,<id>..."``, or ``"<version> *"`` when the ids do not fit."""
-    if not reservation_ids:
-        return str(version)
-    ids = ",".join(sorted(reservation_ids))
-    return f"{version} {ids if len(ids) <= MOST_PAYLOAD else TOO_MANY}"
+    return f"{version}{ids_part(reservation_ids)}"
 
 
 def ids_part(reservation_ids: Collection[str]) -> str:
-    """``payload`` after its version (with its leading space), for SQL that appends it to a
-    version it takes itself (``allocations.number_and_commit``)."""
-    return payload(0, reservation_ids)[1:]
+    """``payload`` after its version (from its leading space; empty for no ids), for SQL that
+    appends it to a version it takes itself (``allocations.number_and_commit``)."""
+    if not reservation_ids:
+        return ""
+    ids = ",".join(sorted(reservation_ids))
+    return f" {ids if len(ids) <= MOST_PAYLOAD else TOO_MANY}"
 
 
 def parse(text: str) -> tuple[int, frozenset[str] | None] | None:

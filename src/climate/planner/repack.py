@@ -364,19 +364,27 @@ class _Search:
         if len(owners) > MATCH_LIMIT:
             return True
         instants = {d.start} | {s for occupants in on.values() for s, _, _ in occupants}
+        mine = [(self.demand_need[k], self.info[k].eligible) for k in self.demand_ids]
+        options: dict[str, tuple[int, frozenset[int]]] = {}
+        checked: set[tuple[frozenset[str], frozenset[int]]] = set()
         for t in sorted(i for i in instants if d.start <= i < d.end):
             busy: set[int] = set()
-            wants: dict[str, tuple[int, frozenset[int]]] = {}
+            wants: set[str] = set()
             for host, occupants in on.items():
                 for s, e, rid in occupants:
                     if s <= t < e:
                         if self.movable[rid]:
-                            h = self.info[rid]
-                            wants[rid] = (len(h.hosts), h.eligible | h.hosts)
+                            wants.add(rid)
                         else:
                             busy.add(host)
-            mine = [(self.demand_need[k], self.info[k].eligible) for k in self.demand_ids]
-            if not can_match([(k, hosts - busy) for k, hosts in [*wants.values(), *mine]]):
+            seen = (frozenset(wants), frozenset(busy))
+            if seen in checked:  # the same reservations as at an earlier instant
+                continue
+            checked.add(seen)
+            for rid in wants - options.keys():
+                h = self.info[rid]
+                options[rid] = (len(h.hosts), h.eligible | h.hosts)
+            if not can_match([*(options[rid] for rid in wants), *mine], busy):
                 return False
         return True
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from climate.db import change_feed, raw
 from climate.db.change_feed import ChangeFeed
-from climate.db.tables import AllocationChange, Lease, Lock, new_id, table_of
+from climate.db.tables import AllocationChange, Lease, Lock, built, new_id, table_of
 
 _Row = TypeVarTuple("_Row")
 CALENDAR_PRUNED = "calendar_pruned"
@@ -117,7 +117,7 @@ def replace(
         for resource_id in sorted(resource_ids)
     ]
     raw.write(session, _insert_into(table), rows)
-    return [model(**row) for row in rows]
+    return [built(model, **row) for row in rows]
 
 
 @functools.cache

@@ -19,6 +19,7 @@ from climate.db.tables import (
     InstanceAllocation,
     Lease,
     Reservation,
+    built,
     new_id,
     table_of,
 )
@@ -145,7 +146,7 @@ def replace(
     ]
     if rows:
         session.execute(insert(table_of(InstanceAllocation)), rows)
-    return [InstanceAllocation(**row) for row in rows]
+    return [built(InstanceAllocation, **row) for row in rows]
 
 
 def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:

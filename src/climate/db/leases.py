@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
@@ -244,7 +245,14 @@ def _name_clash(error: IntegrityError) -> bool:
 
 
 def _columns(row: Base) -> dict[str, Any]:
-    return {column.key: getattr(row, column.key) for column in table_of(type(row)).columns}
+    # A new row's attributes are all in its __dict__ (None where never set, as getattr says).
+    attributes = row.__dict__
+    return {key: attributes.get(key) for key in _column_keys(type(row))}
+
+
+@functools.cache
+def _column_keys(model: type[Base]) -> tuple[str, ...]:
+    return tuple(column.key for column in table_of(model).columns)
 
 
 _HELD_LEASES = "held_leases"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -16,9 +18,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    inspect,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.db.types import UTCDateTime
 
@@ -53,6 +57,40 @@ def table_of(model: type[Base]) -> Table:
 
 class Base(DeclarativeBase):
     type_annotation_map = {dt.datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+Row = TypeVar("Row", bound=Base)
+
+
+def built(model: type[Row], **values: Any) -> Row:
+    """A new ``model`` object outside any session, with ``values`` set as its attributes, and
+    each collection given (a list of rows) set on both sides, as the constructor would.
+
+    The constructor sends every attribute through the ORM's events: a lease cost 71 us to build
+    that way, 3 here, and an admission builds several rows it only writes with Core inserts and
+    renders. Set this way, the values are the object's committed state: added to a session it
+    is inserted whole all the same, but a value set here is not an "unsaved change"."""
+    new, relations = _making(model)
+    row: Row = new()
+    attributes = row.__dict__
+    for key, value in values.items():
+        if key not in relations:
+            attributes[key] = value
+            continue
+        set_committed_value(row, key, value)
+        back = relations[key]
+        if back:
+            for child in value:
+                set_committed_value(child, back, row)
+    return row
+
+
+@functools.cache
+def _making(model: type[Base]) -> tuple[Callable[[], Any], dict[str, str | None]]:
+    """How to make a bare ``model`` object, and its relationships with their other side."""
+    mapper = inspect(model)
+    relations: dict[str, str | None] = {r.key: r.back_populates for r in mapper.relationships}
+    return mapper.class_manager.new_instance, relations
 
 
 class Timestamped:

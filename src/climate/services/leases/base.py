@@ -14,7 +14,7 @@ from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import audit, lease_views
 from climate.db import leases as lease_rows
 from climate.db.lease_pages import LeasePages
-from climate.db.tables import NAME_LENGTH, Event, Lease, new_id
+from climate.db.tables import NAME_LENGTH, Event, Lease, built, new_id
 from climate.domain import lease_rules
 from climate.domain.actor import Actor
 from climate.domain.formats import duration
@@ -169,7 +169,8 @@ def reminder(lease_id: str, when: dt.datetime, now: dt.datetime) -> Event:
 
 
 def event(lease_id: str, kind: EventType, when: dt.datetime, now: dt.datetime) -> Event:
-    return Event(
+    return built(
+        Event,
         id=new_id(),
         lease_id=lease_id,
         event_type=kind,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK, retry_transient
-from climate.db.tables import Lease, Reservation, new_id
+from climate.db.tables import Lease, Reservation, built, new_id
 from climate.domain import lease_rules
 from climate.domain.actor import Actor
 from climate.domain.admission import AdmissionRefused, Admitted, Refused
@@ -251,7 +251,8 @@ class Creating(LeaseBase):
         max_attempts = None
         if request.lease_type == LeaseType.RETRY:
             max_attempts = request.retries or self.ctx.settings.retry_max_attempts
-        return Lease(
+        return built(
+            Lease,
             id=lease_id,
             name=request.name,
             project_id=actor.project_id,
@@ -281,7 +282,8 @@ class Creating(LeaseBase):
             updated_at=None,
             events=[],
             reservations=[
-                Reservation(
+                built(
+                    Reservation,
                     id=new_id(),
                     lease_id=lease_id,
                     resource_type=req.resource_type,

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -201,6 +203,24 @@ def test_renders_kept_stay_within_their_bytes_least_recently_shown_dropped_first
     assert renders.get("d", 1, None) is None and renders.get("c", 1, None) is not None
     assert renders.get("c", 2, None) is None  # another revision
     assert renders.get("c", 1, 3) is None  # another queue place
+
+
+def test_a_lease_dropped_while_it_is_read_is_still_answered_for() -> None:
+    """``get`` takes no lock: a put that drops the entry between its read and its move to the
+    end leaves it the entry it read, which still answers for its revision."""
+    renders = Renders(limit=100)
+    renders.put("a", 1, None, b"x" * 60)
+
+    class DroppedOnRead(OrderedDict[str, tuple[int, int | None, bytes]]):
+        def get(self, key: str, default: object = None) -> Any:
+            found = super().get(key, default)
+            renders._kept = OrderedDict(self)  # the put below works on a plain dict again
+            renders.put("b", 1, None, b"y" * 60)  # over the limit: "a" is dropped
+            return found
+
+    renders._kept = DroppedOnRead(renders._kept)
+    assert renders.get("a", 1, None) == b"x" * 60
+    assert renders.get("a", 1, None) is None and renders.get("b", 1, None) == b"y" * 60
 
 
 @pytest.mark.parametrize("count", [0, 1, 2, 3])

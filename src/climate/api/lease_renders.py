@@ -34,12 +34,17 @@ class Renders:
         self._lock = threading.Lock()
 
     def get(self, lease_id: str, revision: int, place: int | None) -> bytes | None:
-        with self._lock:
-            found = self._kept.get(lease_id)
-            if found is None or found[0] != revision or found[1] != place:
-                return None
+        # Without the lock: a listing asks once per lease (a thousand times a page), and two
+        # listings at once queued on it. Each OrderedDict call is atomic under the GIL; the
+        # entry read is a tuple, whole, and answers only for its revision and place.
+        found = self._kept.get(lease_id)
+        if found is None or found[0] != revision or found[1] != place:
+            return None
+        try:
             self._kept.move_to_end(lease_id)
-            return found[2]
+        except KeyError:  # a put or a drop took it out meanwhile
+            pass
+        return found[2]
 
     def put(self, lease_id: str, revision: int, place: int | None, rendered: bytes) -> None:
         with self._lock:

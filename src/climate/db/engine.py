@@ -200,7 +200,7 @@ class Database:
             locking.exclusive(session)
         version = raw.rows(session, _TAKE_LOCK, {"lock_name": name})[0][0]
         session.info["lock_version"] = version
-        if name == ADMISSION_LOCK and session.get_bind().dialect.name == "postgresql":
+        if name == ADMISSION_LOCK and session.info.get(change_feed.FEED) is not None:
             session.info[_TELL] = version  # told to every process's change feed at commit
 
     @staticmethod

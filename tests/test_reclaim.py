@@ -691,5 +691,7 @@ def test_a_host_added_wakes_the_waiting_queue_at_once(live: LiveServer) -> None:
         assert waiting["status"] == "IN_PROGRESS"
         time.sleep(0.3)  # the manager has served the queue and sleeps (it polls every 5 s)
         http.post("/v1/os-hosts", json={"name": "gpu-1", "gpu": "a100"}).raise_for_status()
-        took = wait_for(lambda: lease_status(http, waiting["id"], {}) != "IN_PROGRESS", 1.0)
-        assert took < 1.0
+        # Well within the 5 s poll (the next one is about 4.7 s away), with room for a loaded
+        # 2-core CI machine, where it once took 1.3 s.
+        took = wait_for(lambda: lease_status(http, waiting["id"], {}) != "IN_PROGRESS", 2.5)
+        assert took < 2.5

@@ -6,11 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from climate.api.lease_renders import encode
-from climate.db.allocation_listing import Shown
+from climate.db.allocation_listing import NO_END, Shown
 from climate.services.hosts import HostAllocations
-
-_LAST = "~"
-"""Lease text after every time: a host showing no allocation is shown so until its rows change."""
 
 
 def allocation(resource_id: int, rows: Sequence[Shown], *extra: str) -> dict[str, object]:
@@ -53,7 +50,7 @@ class AllocationRenders:
                 parts.append(kept[3])
                 continue
             piece = encode(allocation(host.host_id, host.reservations, *self._extra))
-            until = min((row.end_date for row in host.reservations), default=_LAST)
+            until = min((row.end_date for row in host.reservations), default=NO_END)
             self._kept[host.host_id] = (host.stamp, host.since, until, piece)
             parts.append(piece)
         return b'{"allocations":[' + b",".join(parts) + b"]}"

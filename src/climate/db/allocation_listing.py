@@ -61,6 +61,10 @@ Loader = Callable[[Session, dt.datetime, Collection[str] | None, Collection[int]
 these reservations or on these hosts."""
 
 
+NO_END = "~"
+"""Lease text after every time: the earliest end of no rows."""
+
+
 def lease_text(value: dt.datetime) -> str:
     """A time as the allocation listings show it, and compare it as text: naive UTC ISO 8601
     with microseconds (``types.iso_text``)."""
@@ -85,20 +89,25 @@ class AllocationListing(Generic[R]):
         # Host -> its rows by start, then reservation. A host's list is replaced, never changed:
         # callers read what they were given after the guard is released.
         self._hosts: dict[int, list[R]] = {}
+        self._ends: dict[int, str] = {}  # host -> the earliest end of its rows
         self._stamps: dict[int, int] = {}
         self._stamped = 0
 
     def per_host(
         self, session: Session, host_ids: Sequence[int], since: dt.datetime, now: dt.datetime
-    ) -> list[tuple[int, int, Sequence[R]]] | None:
-        """Each of ``host_ids`` with its stamp and its rows as committed when ``session``
-        began (or later), those ending after ``since`` among them only as far as the caller
-        filters; None when ``since`` is before what is kept."""
+    ) -> list[tuple[int, int, Sequence[R], str]] | None:
+        """Each of ``host_ids`` with its stamp, its rows as committed when ``session`` began
+        (or later), those ending after ``since`` among them only as far as the caller
+        filters, and the earliest end among them (``NO_END`` for none: when it is after
+        ``since``, every row is); None when ``since`` is before what is kept."""
         with self._guard:
             if not self._synced(session, since, now):
                 return None
             none: Sequence[R] = ()
-            return [(h, self._stamps.get(h, 0), self._hosts.get(h, none)) for h in host_ids]
+            return [
+                (h, self._stamps.get(h, 0), self._hosts.get(h, none), self._ends.get(h, NO_END))
+                for h in host_ids
+            ]
 
     def hosts(
         self,
@@ -153,6 +162,7 @@ class AllocationListing(Generic[R]):
             self._hosts.setdefault(row.host_id, []).append(row)
         for kept in self._hosts.values():
             kept.sort(key=_order)
+        self._ends = {h: min(r.end_date for r in rows) for h, rows in self._hosts.items()}
         self._stamped += 1
         self._stamps = dict.fromkeys(self._hosts, self._stamped)
         self._loaded_at, self._horizon = now, lease_text(after)
@@ -183,6 +193,7 @@ class AllocationListing(Generic[R]):
         for host, rows in touched.items():
             rows.sort(key=_order)
             self._hosts[host] = rows
+            self._ends[host] = min((r.end_date for r in rows), default=NO_END)
             self._stamps[host] = self._stamped
 
 

@@ -279,18 +279,21 @@ class HostService:
 
 
 def shown(
-    kept: Sequence[tuple[int, int, Sequence[Listed]]], since: str, scope: str | None
+    kept: Sequence[tuple[int, int, Sequence[Listed], str]], since: str, scope: str | None
 ) -> list[HostAllocations]:
     """The kept rows (``AllocationListing.per_host``) ending after ``since`` (lease text), of
     project ``scope`` unless None."""
     if scope is not None:
         return [
             HostAllocations(h, [r for r in rows if r.end_date > since and r.project_id == scope])
-            for h, _, rows in kept
+            for h, _, rows, _ in kept
         ]
+    # Most hosts' rows all end after ``since`` (now, by default): shown as they are kept.
     return [
-        HostAllocations(h, [r for r in rows if r.end_date > since], stamp, since)
-        for h, stamp, rows in kept
+        HostAllocations(
+            h, rows if earliest > since else [r for r in rows if r.end_date > since], stamp, since
+        )
+        for h, stamp, rows, earliest in kept
     ]
 
 

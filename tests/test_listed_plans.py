@@ -20,8 +20,7 @@ STATEMENTS: dict[str, Any] = {
     "their reservations": lease_views._RESERVATIONS_OF,
     "their events": lease_views._EVENTS_OF,
     **{f"their {part}": statement for part, _, statement in lease_views._ALLOCATIONS_OF},
-    "instance uses": instances._USES,
-    "hosts reserved whole": instances._RESERVED_WHOLE,
+    "instance uses of hosts": instances._USES_OF_HOSTS,
     "events among ids": select(Event.id, Event.time).where(among(Event.id, ["e1", "e2"])),
     "leases updated among ids": update(Lease).where(among(Lease.id, ["l1"])).values(status="X"),
 }

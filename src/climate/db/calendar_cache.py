@@ -39,6 +39,7 @@ from climate.db import locking
 from climate.db.engine import CHANGED, Database, overlap_refused
 from climate.planner.calendar import Calendar, FloatArray, HostSet, IntArray, Span, seconds
 from climate.planner.hosts import HostsView
+from climate.planner.instance_uses import HostUse, InstanceUses
 
 LOG = logging.getLogger(__name__)
 
@@ -56,16 +57,39 @@ def _span(row: host_rows.SpanRow) -> Span:
     return Span(row.host_id, seconds(row.start), seconds(row.end), row.reservation_id)
 
 
+def _usage_spans(host_id: int, uses: Iterable[HostUse]) -> list[Span]:
+    """A host's instance uses as busy spans of the whole-host calendar: the union of their
+    windows (merged, so they never overlap), owned by ``usage_owner(host)``."""
+    owner = instance_rows.usage_owner(host_id)
+    merged: list[Span] = []
+    for use in sorted(uses, key=lambda u: u.start):
+        last = merged[-1] if merged else None
+        if last is not None and use.start <= last.end:
+            if use.end > last.end:
+                merged[-1] = Span(host_id, last.start, use.end, owner)
+        else:
+            merged.append(Span(host_id, use.start, use.end, owner))
+    return merged
+
+
+def _spans(loaded: host_rows.Loaded) -> dict[str, list[Span]]:
+    """What ``loaded`` holds as spans, by owner (a host's instance usage's too)."""
+    found: dict[str, list[Span]] = {}
+    for row in loaded.spans:
+        found.setdefault(row.reservation_id, []).append(_span(row))
+    for host_id, uses in (loaded.uses or {}).items():
+        found[instance_rows.usage_owner(host_id)] = _usage_spans(host_id, uses)
+    return found
+
+
 class AllocationStore(Protocol):
     """An allocation table whose rows never overlap per resource (its integer id)."""
 
     name: str
 
-    def spans_since(self, session: Session, since: dt.datetime) -> list[host_rows.SpanRow]: ...
+    def spans_since(self, session: Session, since: dt.datetime) -> host_rows.Loaded: ...
 
-    def spans_of(
-        self, session: Session, reservation_ids: Collection[str]
-    ) -> list[host_rows.SpanRow]: ...
+    def spans_of(self, session: Session, reservation_ids: Collection[str]) -> host_rows.Loaded: ...
 
     def replace(
         self,
@@ -89,20 +113,20 @@ class HostAllocations:
 
     name = "hosts"
 
-    def spans_since(self, session: Session, since: dt.datetime) -> list[host_rows.SpanRow]:
-        return [
-            *host_rows.spans_since(session, since),
-            *instance_rows.usage_spans(session, since=since),
-        ]
+    def spans_since(self, session: Session, since: dt.datetime) -> host_rows.Loaded:
+        uses: dict[int, list[HostUse]] = {}
+        for use in instance_rows.uses_since(session, since):
+            uses.setdefault(use.host_id, []).append(use)
+        return host_rows.Loaded(host_rows.spans_since(session, since), uses)
 
-    def spans_of(
-        self, session: Session, reservation_ids: Collection[str]
-    ) -> list[host_rows.SpanRow]:
-        usage = {h for h in map(instance_rows.host_of_owner, reservation_ids) if h is not None}
-        found = host_rows.spans_of(session, reservation_ids)
-        if usage:
-            found += instance_rows.usage_spans(session, host_ids=usage)
-        return found
+    def spans_of(self, session: Session, reservation_ids: Collection[str]) -> host_rows.Loaded:
+        """The allocations of ``reservation_ids``; for the owners that stand for a host's
+        instance usage (``db.instances.usage_owner``), that host's instance uses."""
+        hosts = {h for h in map(instance_rows.host_of_owner, reservation_ids) if h is not None}
+        uses: dict[int, list[HostUse]] = {h: [] for h in hosts}
+        for use in instance_rows.uses_of(session, hosts) if hosts else ():
+            uses[use.host_id].append(use)
+        return host_rows.Loaded(host_rows.spans_of(session, reservation_ids), uses)
 
     def replace(
         self,
@@ -128,6 +152,7 @@ class CalendarCache:
         self._store: AllocationStore = store or HostAllocations()
         self._synced = f"{SYNCED}:{self._store.name}"
         self._calendar = Calendar()
+        self._uses = InstanceUses()
         self._version: int | None = None
         self._guard = threading.Lock()
         self._complete_after = math.inf  # every allocation ending after this is here
@@ -209,18 +234,24 @@ class CalendarCache:
             return
         for owner in changed:
             self._calendar.drop_owner(owner)
-        for row in self._store.spans_of(session, changed):
-            self._calendar.add(_span(row))
+        loaded = self._store.spans_of(session, changed)
+        for spans in _spans(loaded).values():
+            for span in spans:
+                self._calendar.add(span)
+        for row in loaded.spans:
             self._note(row.reservation_id, row.lease_id)
+        for host_id, uses in (loaded.uses or {}).items():
+            self._uses.replace_host(host_id, uses)
 
     def _reload(self, session: Session) -> None:
         since = dt.datetime.now(dt.UTC) - HISTORY
-        rows = self._store.spans_since(session, since)
-        self._calendar = Calendar.of(_span(row) for row in rows)
+        loaded = self._store.spans_since(session, since)
+        self._calendar = Calendar.of(s for spans in _spans(loaded).values() for s in spans)
+        self._uses = InstanceUses(u for uses in (loaded.uses or {}).values() for u in uses)
         self._complete_after = seconds(since)
         self._lease_of, self._filed, self._filed_at, self._longest = {}, {}, {}, {}
         self._unfiled = set()
-        for row in rows:
+        for row in loaded.spans:
             self._note(row.reservation_id, row.lease_id)
 
     def _note(self, reservation_id: str, lease_id: str) -> None:
@@ -251,13 +282,7 @@ class CalendarCache:
             return
         owners = sorted(stale)
         stale.clear()
-        new: dict[str, list[Span]] = {owner: [] for owner in owners}
-        leases: dict[str, str] = {}
-        for row in self._store.spans_of(session, owners):
-            new[row.reservation_id].append(_span(row))
-            leases[row.reservation_id] = row.lease_id
-        for owner, spans in new.items():
-            self._swap(session, owner, spans, log=False, lease_id=leases.get(owner, ""))
+        self._take(session, owners, log=False)
 
     @staticmethod
     def _lock_version(session: Session) -> int:
@@ -303,6 +328,12 @@ class CalendarCache:
         (``Calendar.taken``)."""
         self.sync(session)
         return self._calendar.taken(hosts, seconds(start), seconds(end), exclude)
+
+    @property
+    def uses(self) -> InstanceUses:
+        """The hosts' instance uses, in step with the calendar: read them where the calendar is
+        read (inside ``reading``, or after ``synced`` under the admission lock)."""
+        return self._uses
 
     def synced(self, session: Session) -> Calendar:
         """The calendar, synced once for a search that reads many hosts in a row and changes
@@ -371,13 +402,28 @@ class CalendarCache:
         """Take these reservations' allocations as this transaction wrote them (healing moves
         single rows, services/healing.py), here and, through the log, in other processes."""
         self.sync(session)
-        new: dict[str, list[Span]] = {rid: [] for rid in reservation_ids}
-        leases: dict[str, str] = {}
-        for row in self._store.spans_of(session, list(new)):
-            new[row.reservation_id].append(_span(row))
-            leases[row.reservation_id] = row.lease_id
-        for rid, spans in new.items():
-            self._swap(session, rid, spans, lease_id=leases.get(rid, ""))
+        self._take(session, reservation_ids, log=True)
+
+    def _take(self, session: Session, owners: Collection[str], *, log: bool) -> None:
+        """Read ``owners``' allocations as this transaction sees them, in place of theirs here
+        (put back if it rolls back)."""
+        loaded = self._store.spans_of(session, list(owners))
+        found = _spans(loaded)
+        leases = {row.reservation_id: row.lease_id for row in loaded.spans}
+        for owner in owners:
+            spans = found.get(owner, [])
+            self._swap(session, owner, spans, log=log, lease_id=leases.get(owner, ""))
+        for host_id, uses in (loaded.uses or {}).items():
+            with self._guard:
+                old = self._uses.replace_host(host_id, uses)
+            self._on(session, "on_rollback", self._putting_back(host_id, old))
+
+    def _putting_back(self, host_id: int, uses: list[HostUse]) -> Callable[[], None]:
+        def undo() -> None:
+            with self._guard:
+                self._uses.replace_host(host_id, uses)
+
+        return undo
 
     def _swap(
         self,

@@ -27,6 +27,7 @@ from climate.db.tables import (
     table_of,
 )
 from climate.db.types import iso_text
+from climate.planner.instance_uses import HostUse
 
 RESOURCE_TYPE = "physical:host"
 
@@ -329,6 +330,17 @@ class SpanRow:
     reservation_id: str
     lease_id: str = ""
     """Empty for a span of no lease (a host's instance usage)."""
+
+
+@dataclass
+class Loaded:
+    """Allocations as an ``AllocationStore`` reads them for its calendar
+    (``db/calendar_cache.py``)."""
+
+    spans: list[SpanRow]
+    uses: dict[int, list[HostUse]] | None = None
+    """The hosts' calendar only: the instance uses of each host read, in full (a host that has
+    none now maps to an empty list)."""
 
 
 _SPAN_COLUMNS = (

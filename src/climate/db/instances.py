@@ -7,15 +7,13 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVarTuple
 
-from sqlalchemy import BindParameter, Select, bindparam, delete, insert, select, update
+from sqlalchemy import Select, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from climate.db import allocation_listing, raw
 from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
-from climate.db.hosts import SpanRow
 from climate.db.tables import (
-    HostAllocation,
     InstanceAllocation,
     Lease,
     Reservation,
@@ -24,6 +22,8 @@ from climate.db.tables import (
     table_of,
 )
 from climate.db.types import as_utc, in_listed, iso_text
+from climate.planner.calendar import seconds
+from climate.planner.instance_uses import HostUse
 
 _Row = TypeVarTuple("_Row")
 RESOURCE_TYPE = "virtual:instance"
@@ -40,68 +40,36 @@ def host_of_owner(owner: str) -> int | None:
     return int(owner[len(OWNER_PREFIX) :]) if owner.startswith(OWNER_PREFIX) else None
 
 
-@dataclass(frozen=True, slots=True)
-class UseRow:
-    host_id: int
-    start: dt.datetime
-    end: dt.datetime
-    vcpus: int
-    memory_mb: int
-    disk_gb: int
-
-
-_START: BindParameter[Any] = bindparam("start")
-_END: BindParameter[Any] = bindparam("end")
-_OTHER_THAN: BindParameter[Any] = bindparam("other_than")
-# Built once (run below the ORM by ``raw.rows``): admission and every search ask, per window.
-_USES = select(
+_USE_COLUMNS = (
     InstanceAllocation.host_id,
     InstanceAllocation.start_date,
     InstanceAllocation.end_date,
     InstanceAllocation.vcpus,
     InstanceAllocation.memory_mb,
     InstanceAllocation.disk_gb,
-).where(
-    in_listed(InstanceAllocation.host_id, "hosts"),
-    InstanceAllocation.start_date < _END,
-    InstanceAllocation.end_date > _START,
-    InstanceAllocation.reservation_id != _OTHER_THAN,
+    InstanceAllocation.reservation_id,
 )
-_RESERVED_WHOLE = (
-    select(HostAllocation.host_id)
-    .where(
-        in_listed(HostAllocation.host_id, "hosts"),
-        HostAllocation.start_date < _END,
-        HostAllocation.end_date > _START,
-    )
-    .distinct()
-)
+# Built once (run below the ORM by ``raw.rows``): the hosts' calendar reloads hosts' uses as
+# admissions change them.
+_USES_OF_HOSTS = select(*_USE_COLUMNS).where(in_listed(InstanceAllocation.host_id, "hosts"))
+_USES_SINCE = select(*_USE_COLUMNS).where(InstanceAllocation.end_date > bindparam("since"))
 
 
-def uses(
-    session: Session,
-    host_ids: Collection[int],
-    start: dt.datetime,
-    end: dt.datetime,
-    other_than: str,
-) -> list[UseRow]:
-    """What reservations other than ``other_than`` use of ``host_ids`` over [start, end)."""
-    found = raw.rows(
-        session,
-        _USES,
-        {"hosts": list(host_ids), "start": start, "end": end, "other_than": other_than},
-    )
-    return [UseRow(h, as_utc(s), as_utc(e), v, m, d) for h, s, e, v, m, d in found]
+def uses_of(session: Session, host_ids: Collection[int]) -> list[HostUse]:
+    """Every instance allocation of ``host_ids``, for the hosts' calendar."""
+    return _uses(raw.rows(session, _USES_OF_HOSTS, {"hosts": list(host_ids)}))
 
 
-def reserved_whole(
-    session: Session, host_ids: Collection[int], start: dt.datetime, end: dt.datetime
-) -> set[int]:
-    """Those of ``host_ids`` that a ``physical:host`` reservation holds in [start, end)."""
-    found = raw.rows(
-        session, _RESERVED_WHOLE, {"hosts": list(host_ids), "start": start, "end": end}
-    )
-    return {row[0] for row in found}
+def uses_since(session: Session, since: dt.datetime) -> list[HostUse]:
+    """Every instance allocation ending after ``since``, for the hosts' calendar."""
+    return _uses(raw.rows(session, _USES_SINCE, {"since": since}))
+
+
+def _uses(rows: Iterable[Any]) -> list[HostUse]:
+    return [
+        HostUse(h, seconds(as_utc(s)), seconds(as_utc(e)), v, m, d, r)
+        for h, s, e, v, m, d, r in rows
+    ]
 
 
 def hosts_of(session: Session, reservation_id: str) -> set[int]:
@@ -152,29 +120,6 @@ def replace(
 def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:
     """End the reservation's allocations at ``at`` (drop those that had not begun)."""
     allocation_rows.truncate(session, InstanceAllocation, reservation_id, at)
-
-
-def usage_spans(
-    session: Session, *, host_ids: Iterable[int] | None = None, since: dt.datetime | None = None
-) -> list[SpanRow]:
-    """Each host's instance usage as busy spans for the whole-host calendar: the union of its
-    allocations' windows (merged, so they never overlap), owned by ``usage_owner(host)``."""
-    query = select(
-        InstanceAllocation.host_id, InstanceAllocation.start_date, InstanceAllocation.end_date
-    ).order_by(InstanceAllocation.host_id, InstanceAllocation.start_date)
-    if host_ids is not None:
-        query = query.where(InstanceAllocation.host_id.in_(list(host_ids)))
-    if since is not None:
-        query = query.where(InstanceAllocation.end_date > since)
-    merged: list[SpanRow] = []
-    for host_id, start, end in session.execute(query):
-        last = merged[-1] if merged else None
-        if last is not None and last.host_id == host_id and start <= last.end:
-            if end > last.end:
-                merged[-1] = SpanRow(host_id, last.start, end, last.reservation_id)
-        else:
-            merged.append(SpanRow(host_id, start, end, usage_owner(host_id)))
-    return merged
 
 
 def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[str]:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from climate.db import allocations as allocation_rows
 from climate.db.allocations import narrowed
-from climate.db.hosts import AllocationRow, SpanRow
+from climate.db.hosts import AllocationRow, Loaded, SpanRow
 from climate.db.leases import after_marker, keyset_order
 from climate.db.tables import Item, ItemAllocation, ItemProperty, Lease
 from climate.db.types import iso_text
@@ -141,21 +141,21 @@ class ItemAllocations:
         self.name = f"items:{kind}"
         self.kind = kind
 
-    def spans_since(self, session: Session, since: dt.datetime) -> list[SpanRow]:
+    def spans_since(self, session: Session, since: dt.datetime) -> Loaded:
         rows = session.execute(
             select(*_SPAN_COLUMNS)
             .join(Item, Item.id == ItemAllocation.item_id)
             .where(Item.kind == self.kind, ItemAllocation.end_date > since)
         )
-        return [SpanRow(*row) for row in rows]
+        return Loaded([SpanRow(*row) for row in rows])
 
-    def spans_of(self, session: Session, reservation_ids: Collection[str]) -> list[SpanRow]:
+    def spans_of(self, session: Session, reservation_ids: Collection[str]) -> Loaded:
         rows = session.execute(
             select(*_SPAN_COLUMNS)
             .join(Item, Item.id == ItemAllocation.item_id)
             .where(Item.kind == self.kind, ItemAllocation.reservation_id.in_(reservation_ids))
         )
-        return [SpanRow(*row) for row in rows]
+        return Loaded([SpanRow(*row) for row in rows])
 
     def replace(
         self,

@@ -341,6 +341,14 @@ class Calendar:
         keep = (self._starts[at] < end) & (self._ends[at] > start)
         return position[keep], at[keep]
 
+    def owners_within(self, hosts: HostSet, start: float, end: float) -> list[tuple[int, str]]:
+        """The spans of ``hosts`` overlapping [start, end) as their host's position in
+        ``hosts`` and their owner."""
+        position, at = self._within(hosts, start, end)
+        owner_of = self._owner_of
+        codes = self._owners[at].tolist()
+        return [(p, owner_of[c]) for p, c in zip(position.tolist(), codes, strict=True)]
+
     def taken(
         self, hosts: HostSet, start: float, end: float, exclude: Collection[str] = ()
     ) -> tuple[FloatArray, FloatArray, IntArray]:

@@ -9,6 +9,7 @@ from typing import Any
 from climate.domain.views import ReservationView
 from climate.errors import InvalidInput
 from climate.resources.base import ResourceType
+from climate.resources.capabilities import SharedHosts, WholeHosts
 
 
 def load_resource_types() -> dict[str, ResourceType]:
@@ -17,6 +18,10 @@ def load_resource_types() -> dict[str, ResourceType]:
     for entry in entry_points(group="climate.resources"):
         plugin = entry.load()()
         found[plugin.name] = plugin
+    whole = [t for t in found.values() if isinstance(t, WholeHosts)]
+    for shared in (t for t in found.values() if isinstance(t, SharedHosts)):
+        if whole:
+            shared.calendar = whole[0].calendar
     return found
 
 

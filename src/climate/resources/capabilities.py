@@ -69,6 +69,10 @@ class SharedHosts(abc.ABC):
     """Packs reservations of a size onto hosts that share their capacity over time; searched
     for together with whole hosts, over the ``WholeHosts`` type's calendar."""
 
+    calendar: CalendarCache
+    """The ``WholeHosts`` type's (``load_resource_types`` joins them): it holds the hosts'
+    instance uses beside their whole-host spans."""
+
     @abc.abstractmethod
     def sized_hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:
         """The reservable hosts matching the query that have a size, scaled by their ratios."""

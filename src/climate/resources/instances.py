@@ -28,7 +28,15 @@ from climate.db.tables import Reservation
 from climate.domain.status import EndPolicy
 from climate.domain.views import ReservationView
 from climate.errors import Conflict, InvalidInput
-from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible, place
+from climate.planner.calendar import HostSet, moment, seconds
+from climate.planner.instances import (
+    HostRoom,
+    InstanceDemand,
+    Size,
+    Use,
+    check_possible,
+    place,
+)
 from climate.planner.query import parse_query
 from climate.resources.base import (
     POLICY_FIELDS,
@@ -150,6 +158,9 @@ class InstanceType(ResourceType, SharedHosts):
     def __init__(self) -> None:
         self.inventory = Inventory()
         self.ratios: tuple[float, ...] = (1.0, 1.0, 1.0)
+        self.calendar = CalendarCache()
+        """The hosts' calendar, with their instance uses: the whole-host type's once
+        ``load_resource_types`` has joined them."""
 
     def configure(self, settings: Settings) -> None:
         self.ratios = tuple(float(getattr(settings, r)) for r in RATIOS)
@@ -215,24 +226,38 @@ class InstanceType(ResourceType, SharedHosts):
         hosts = self.sized_hosts(session, reservation.params["resource_properties"])
         return self._rooms(session, hosts, reservation.id, start, end)
 
-    @staticmethod
     def _rooms(
+        self,
         session: Session,
         hosts: list[HostRoom],
         reservation_id: str,
         start: dt.datetime,
         end: dt.datetime,
     ) -> list[HostRoom]:
-        whole = instance_rows.reserved_whole(session, [h.id for h in hosts], start, end)
-        free = [h for h in hosts if h.id not in whole]
-        around = host_rows.LOOKAROUND
-        uses: dict[int, list[tuple[dt.datetime, dt.datetime, Size]]] = {}
-        for row in instance_rows.uses(
-            session, [h.id for h in free], start - around, end + around, reservation_id
-        ):
-            used = Size(row.vcpus, row.memory_mb, row.disk_gb)
-            uses.setdefault(row.host_id, []).append((row.start, row.end, used))
-        return [HostRoom(h.id, h.name, h.capacity, uses.get(h.id, ())) for h in free]
+        calendar = self.calendar.synced(session)
+        whole = {
+            k
+            for k, owner in calendar.owners_within(
+                HostSet((h.id, h.name) for h in hosts), seconds(start), seconds(end)
+            )
+            if instance_rows.host_of_owner(owner) is None
+        }
+        free = [h for k, h in enumerate(hosts) if k not in whole]
+        around = host_rows.LOOKAROUND.total_seconds()
+        found = self.calendar.uses.within(
+            [h.id for h in free], seconds(start) - around, seconds(end) + around, reservation_id
+        )
+        uses: dict[int, list[Use]] = {}
+        rows = zip(
+            found.position.tolist(),
+            found.starts.tolist(),
+            found.ends.tolist(),
+            found.sizes.tolist(),
+            strict=True,
+        )
+        for k, s, e, (vcpus, memory_mb, disk_gb) in rows:
+            uses.setdefault(k, []).append((moment(s), moment(e), Size(vcpus, memory_mb, disk_gb)))
+        return [HostRoom(h.id, h.name, h.capacity, uses.get(k, ())) for k, h in enumerate(free)]
 
     def _hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:
         """Reservable hosts matching the query that have a size, scaled by their ratios; kept

@@ -288,7 +288,9 @@ class AvailabilityService:
             assert isinstance(hosts, WholeHosts)
             rooms = rtype.sized_hosts(session, query.resource_properties)
             with hosts.calendar.reading(session) as calendar:
-                space = instance_space(session, calendar, rooms, first, first + bucket * count)
+                space = instance_space(
+                    calendar, hosts.calendar.uses, rooms, first, first + bucket * count
+                )
             shared = instance_timeline(space, size, first, bucket, count)
         else:
             raise InvalidInput("resource_type", f"{rtype.name} has no capacity timeline")

@@ -15,7 +15,6 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 from sqlalchemy.orm import Session
 
 from climate.db import hosts as host_rows
@@ -30,6 +29,7 @@ from climate.planner.instance_search import (
     InstanceSpace,
     whole_spans,
 )
+from climate.planner.instance_uses import InstanceUses
 from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible
 from climate.resources.base import ResourceType, in_request
 from climate.resources.capabilities import SharedHosts, WholeHosts
@@ -129,7 +129,9 @@ def _compute(
         rooms.update((h.id, h) for h in matching)
         requests.append(request)
     calendar = stack.enter_context(host_type.calendar.reading(session))
-    space = instance_space(session, calendar, list(rooms.values()), search.start, search.end)
+    space = instance_space(
+        calendar, host_type.calendar.uses, list(rooms.values()), search.start, search.end
+    )
     return ComputePlacer(calendar, hosts, space, requests, search)
 
 
@@ -153,25 +155,17 @@ def _check_possible(
 
 
 def instance_space(
-    session: Session, calendar: Calendar, rooms: Sequence[HostRoom], start: int, end: int
+    calendar: Calendar, uses: InstanceUses, rooms: Sequence[HostRoom], start: int, end: int
 ) -> InstanceSpace:
     """Hosts with a size, their whole-host spans and their instance uses over [start, end)
-    and a look-around on both sides."""
-    ids = [h.id for h in rooms]
-    uses = instance_rows.uses(
-        session, ids, moment(start - LOOKAROUND), moment(end + LOOKAROUND), other_than=""
-    )
+    and a look-around on both sides (``uses``: the calendar's, read where it is)."""
     hosts = HostSet((h.id, h.name) for h in rooms)
     position, starts, ends = calendar.spans_of(hosts, start - LOOKAROUND, end + LOOKAROUND)
-    at = {h: k for k, h in enumerate(ids)}
-    use_position = np.array([at[u.host_id] for u in uses], dtype=np.int64)
-    use_starts = np.array([u.start.timestamp() for u in uses], dtype=np.float64)
-    use_ends = np.array([u.end.timestamp() for u in uses], dtype=np.float64)
-    whole = whole_spans(position, starts, ends, use_position, use_starts, use_ends)
-    sizes = np.array([(u.vcpus, u.memory_mb, u.disk_gb) for u in uses], dtype=np.int64)
+    found = uses.within([h.id for h in rooms], start - LOOKAROUND, end + LOOKAROUND)
+    whole = whole_spans(position, starts, ends, found.position, found.starts, found.ends)
     return InstanceSpace(
         [InstanceHost(h.id, h.name, h.capacity) for h in rooms],
         (position[whole], starts[whole], ends[whole]),
-        (use_position, use_starts, use_ends, sizes.reshape(-1, 3)),
+        (found.position, found.starts, found.ends, found.sizes),
         LOOKAROUND,
     )

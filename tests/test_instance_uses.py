@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,9 @@ from climate.db import instances as instance_rows
 from climate.db.engine import ADMISSION_LOCK, Database
 from climate.domain.clock import ManualClock
 from climate.errors import NotEnoughCapacity
+from climate.planner.instance_search import InstanceHost, InstanceSpace, instance_timeline
 from climate.planner.instance_uses import HostUse, InstanceUses
+from climate.planner.instances import Size
 from climate.resources.capabilities import SharedHosts
 from climate.resources.hosts import PhysicalHostType
 from climate.runtime import build_context
@@ -200,3 +203,67 @@ def test_a_refused_instance_lease_leaves_no_use_behind(
         leases.create(ALICE, request)
     assert in_memory(ctx) == in_database(db) == set()
     assert leases.create(ALICE, instances("both-fit", 2)).reservations
+
+
+# -- the instance timeline reads them: every host and bucket in one sweep ---------------------
+
+use_rows = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(-3, 14), st.integers(1, 8), st.integers(1, 4)),
+    max_size=12,
+)
+whole_rows = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(-3, 14), st.integers(1, 6)), max_size=3
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(2, 8), min_size=1, max_size=4),
+    use_rows,
+    whole_rows,
+    st.integers(1, 3),
+    st.integers(1, 3),
+)
+def test_the_instance_timeline_is_what_each_bucket_leaves_at_its_fullest_instant(
+    vcpus: list[int],
+    uses: list[tuple[int, int, int, int]],
+    wholes: list[tuple[int, int, int]],
+    bucket: int,
+    wanted: int,
+) -> None:
+    count, start = 5, 0
+    hosts = [InstanceHost(k, f"h{k}", Size(v, 100, 0)) for k, v in enumerate(vcpus)]
+    uses = [u for u in uses if u[0] < len(hosts)]
+    wholes = [w for w in wholes if w[0] < len(hosts)]
+    space = InstanceSpace(
+        hosts,
+        (
+            np.array([w[0] for w in wholes], dtype=np.int64),
+            np.array([w[1] for w in wholes], dtype=np.float64),
+            np.array([w[1] + w[2] for w in wholes], dtype=np.float64),
+        ),
+        (
+            np.array([u[0] for u in uses], dtype=np.int64),
+            np.array([u[1] for u in uses], dtype=np.float64),
+            np.array([u[1] + u[2] for u in uses], dtype=np.float64),
+            np.array([(u[3], 1, 0) for u in uses], dtype=np.int64).reshape(-1, 3),
+        ),
+    )
+    found = instance_timeline(space, Size(wanted, 1, 0), start, bucket, count)
+    # Brute force: each host at every whole instant and half instant of each bucket.
+    free, largest = [0] * count, [0] * count
+    for i in range(count):
+        begin, end = start + i * bucket, start + (i + 1) * bucket
+        instants = [t / 2 for t in range(2 * begin, 2 * end)]
+        for k, host in enumerate(hosts):
+            if any(w[0] == k and w[1] < end and w[1] + w[2] > begin for w in wholes):
+                continue
+            held = max(
+                sum(u[3] for u in uses if u[0] == k and u[1] <= t < u[1] + u[2]) for t in instants
+            )
+            room = max(host.capacity.vcpus - held, 0) // wanted
+            free[i] += room
+            largest[i] = max(largest[i], room)
+    assert found.total == sum(v // wanted for v in vcpus)
+    assert found.free.tolist() == free
+    assert found.largest.tolist() == largest

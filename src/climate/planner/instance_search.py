@@ -9,7 +9,6 @@ only shrink; a stretch's first grid point is the one to try.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ from climate.planner.availability import (
     Shortfall,
 )
 from climate.planner.calendar import Calendar, FloatArray, IntArray, moment
-from climate.planner.capacity_search import AmountTimeline, Curve, buckets
+from climate.planner.capacity_search import AmountTimeline, buckets
 from climate.planner.instances import HostRoom, InstanceDemand, Size, place
 
 RESOURCES = 3
@@ -395,39 +394,74 @@ def _peaks(
     return peaks
 
 
+def _bucket_peaks(
+    uses: tuple[IntArray, FloatArray, FloatArray, IntArray],
+    begin: FloatArray,
+    start: int,
+    bucket: int,
+) -> tuple[IntArray, IntArray]:
+    """The hosts that hold ``uses`` (positions, sorted) and, per such host and bucket (shape:
+    hosts, buckets, resources), the most they hold at one instant of the bucket: what is held
+    at its start, or just after a use starts or ends inside it. One pass over every host's
+    uses in time order, whatever they span."""
+    count = len(begin)
+    at, starts, ends, sizes = uses
+    keep = starts < ends
+    at, starts, ends, sizes = at[keep], starts[keep], ends[keep], sizes[keep]
+    used, at = np.unique(at, return_inverse=True)
+    if not len(used):
+        return used, np.zeros((0, count, RESOURCES), dtype=np.int64)
+    # Times as ranks among every time in play: (host, time) keys in one integer, exactly.
+    times = np.concatenate((starts, ends))
+    values, rank = np.unique(np.concatenate((times, begin)), return_inverse=True)
+    where = np.concatenate((at, at))
+    kinds = np.concatenate((np.ones(len(at)), np.zeros(len(at))))
+    keys = where * len(values) + rank[: len(times)]
+    # Releases sort before takes at the same instant: uses that meet do not add up.
+    order = np.lexsort((kinds, keys))
+    changes = np.concatenate((sizes, -sizes))[order]
+    levels = np.vstack((np.zeros((1, RESOURCES), dtype=np.int64), np.cumsum(changes, 0)))
+    # Each host's level at each bucket's start (every host's uses end, so each host's
+    # running sum starts from zero).
+    grid = np.arange(len(used))[:, None] * len(values) + rank[len(times) :][None, :]
+    peaks = levels[np.searchsorted(keys[order], grid.ravel(), side="right")]
+    # Then the level after each change strictly inside a bucket (a change at a bucket's very
+    # start is in the level there already; between its release and its take the level is
+    # the one before the bucket).
+    when = times[order]
+    into = np.floor((when - start) / bucket).astype(np.int64)
+    inside = (into >= 0) & (into < count)
+    inside[inside] &= when[inside] > begin[into[inside]]
+    np.maximum.at(peaks, where[order][inside] * count + into[inside], levels[1:][inside])
+    return used, peaks.reshape(len(used), count, RESOURCES)
+
+
 def instance_timeline(
     space: InstanceSpace, size: Size, start: int, bucket: int, count: int
 ) -> AmountTimeline:
     """How many instances of ``size`` the hosts of ``space`` take for all of each bucket,
-    anywhere and on one host."""
-    begin, end = buckets(start, bucket, count)
+    anywhere and on one host: every host and bucket at once (``_bucket_peaks``)."""
+    begin, _ = buckets(start, bucket, count)
+    hosts = len(space.hosts)
     wanted = np.array(size.as_tuple(), dtype=np.int64)
     sized = wanted > 0
-    free = np.zeros(count, dtype=np.int64)
-    largest = np.zeros(count, dtype=np.int64)
+    capacity = np.array([h.capacity.as_tuple() for h in space.hosts], dtype=np.int64)
+    capacity = capacity.reshape(hosts, RESOURCES)[:, sized]
+    empty = (capacity // wanted[sized]).min(axis=1, initial=2**62)
+    room = np.repeat(empty[:, None], count, axis=1)
+    used, peaks = _bucket_peaks(space.uses, begin, start, bucket)
+    if len(used):
+        left = np.maximum(capacity[used][:, None, :] - peaks[:, :, sized], 0)
+        room[used] = (left // wanted[sized]).min(axis=2, initial=2**62)
+    # Buckets a host is reserved whole in, any part of them, take none.
     whole_at, whole_start, whole_end = space.whole
-    use_at, use_start, use_end, use_size = space.uses
-    whole_order = np.argsort(whole_at, kind="stable")
-    use_order = np.argsort(use_at, kind="stable")
-    positions = np.arange(len(space.hosts) + 1)
-    whole_cut = np.searchsorted(whole_at[whole_order], positions)
-    use_cut = np.searchsorted(use_at[use_order], positions)
-    total = 0
-    for k, host in enumerate(space.hosts):
-        capacity = np.array(host.capacity.as_tuple(), dtype=np.int64)
-        empty = int((capacity[sized] // wanted[sized]).min(initial=2**62))
-        total += empty
-        mine = use_order[use_cut[k] : use_cut[k + 1]]
-        if len(mine):
-            curve = Curve(use_start[mine], use_end[mine], use_size[mine])
-            left = np.maximum(capacity - curve.peaks(begin, end), 0)
-            room = (left[:, sized] // wanted[sized]).min(axis=1, initial=2**62)
-        else:
-            room = np.full(count, empty, dtype=np.int64)
-        for i in whole_order[whole_cut[k] : whole_cut[k + 1]].tolist():
-            first = max(math.floor((whole_start[i] - start) / bucket), 0)
-            last = max(min(math.ceil((whole_end[i] - start) / bucket), count), 0)
-            room[first:last] = 0
-        free += room
-        largest = np.maximum(largest, room)
-    return AmountTimeline(start, bucket, total, free, largest)
+    cut_from = np.clip(np.floor((whole_start - start) / bucket), 0, count).astype(np.int64)
+    cut_to = np.clip(np.ceil((whole_end - start) / bucket), 0, count).astype(np.int64)
+    cuts = cut_from < cut_to
+    blocked = np.zeros((hosts, count + 1), dtype=np.int64)
+    np.add.at(blocked, (whole_at[cuts], cut_from[cuts]), 1)
+    np.add.at(blocked, (whole_at[cuts], cut_to[cuts]), -1)
+    room[np.cumsum(blocked, axis=1)[:, :count] > 0] = 0
+    free = room.sum(axis=0, dtype=np.int64)
+    largest = room.max(axis=0, initial=0)
+    return AmountTimeline(start, bucket, int(empty.sum()), free, largest)

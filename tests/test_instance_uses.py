@@ -267,3 +267,19 @@ def test_the_instance_timeline_is_what_each_bucket_leaves_at_its_fullest_instant
     assert found.total == sum(v // wanted for v in vcpus)
     assert found.free.tolist() == free
     assert found.largest.tolist() == largest
+
+
+def test_a_host_s_uses_read_again_leave_out_those_ended_before_the_horizon(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, db: Database
+) -> None:
+    (host,) = sized_hosts(hosts, 1)
+    leases.create(ALICE, instances("early", 1, start=1))  # ends at T0 + 3 h
+    leases.create(ALICE, instances("later", 1, start=10))  # ends at T0 + 12 h
+    with db.reader() as session:
+        kept = instance_rows.uses_of(session, [host], T0 + 5 * HOUR)
+        every = instance_rows.uses_of(session, [host], T0)
+    assert [u.end for u in kept] == [(T0 + 12 * HOUR).timestamp()]
+    assert sorted(u.end for u in every) == [
+        (T0 + 3 * HOUR).timestamp(),
+        (T0 + 12 * HOUR).timestamp(),
+    ]

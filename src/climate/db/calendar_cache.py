@@ -124,7 +124,8 @@ class HostAllocations:
         instance usage (``db.instances.usage_owner``), that host's instance uses."""
         hosts = {h for h in map(instance_rows.host_of_owner, reservation_ids) if h is not None}
         uses: dict[int, list[HostUse]] = {h: [] for h in hosts}
-        for use in instance_rows.uses_of(session, hosts) if hosts else ():
+        since = dt.datetime.now(dt.UTC) - HISTORY  # what a load keeps: not years of history
+        for use in instance_rows.uses_of(session, hosts, since) if hosts else ():
             uses[use.host_id].append(use)
         return host_rows.Loaded(host_rows.spans_of(session, reservation_ids), uses)
 

@@ -51,13 +51,14 @@ _USE_COLUMNS = (
 )
 # Built once (run below the ORM by ``raw.rows``): the hosts' calendar reloads hosts' uses as
 # admissions change them.
-_USES_OF_HOSTS = select(*_USE_COLUMNS).where(in_listed(InstanceAllocation.host_id, "hosts"))
 _USES_SINCE = select(*_USE_COLUMNS).where(InstanceAllocation.end_date > bindparam("since"))
+_USES_OF_HOSTS = _USES_SINCE.where(in_listed(InstanceAllocation.host_id, "hosts"))
 
 
-def uses_of(session: Session, host_ids: Collection[int]) -> list[HostUse]:
-    """Every instance allocation of ``host_ids``, for the hosts' calendar."""
-    return _uses(raw.rows(session, _USES_OF_HOSTS, {"hosts": list(host_ids)}))
+def uses_of(session: Session, host_ids: Collection[int], since: dt.datetime) -> list[HostUse]:
+    """The instance allocations of ``host_ids`` ending after ``since``, for the hosts'
+    calendar."""
+    return _uses(raw.rows(session, _USES_OF_HOSTS, {"hosts": list(host_ids), "since": since}))
 
 
 def uses_since(session: Session, since: dt.datetime) -> list[HostUse]:

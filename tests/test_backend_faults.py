@@ -179,3 +179,35 @@ def test_deleting_a_lease_while_a_manager_runs_its_start_still_ends_it(
         assert shown.status == "TERMINATED"
         events = {e.event_type: e.status for e in shown.events}
         assert (events["start_lease"], events["end_lease"]) == ("DONE", "DONE")
+
+
+def test_deleting_a_lease_whose_end_gave_up_tries_the_end_again(
+    settings: Settings, db: Database, clock: ManualClock
+) -> None:
+    """Found by the stress harness: a lease whose end failed every attempt (ERROR) was deleted,
+    went DELETING, and no event would ever end it."""
+    ctx = _context(settings, db, clock)
+    add_hosts(HostService(ctx), 1)
+    leases = LeaseService(ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + HOUR))
+    Manager(ctx, StandaloneBackend()).run_due()
+    assert leases.get(ALICE, lease.id).status == "ACTIVE"
+    clock.advance(HOUR)
+    failing = _context(settings, db, clock, backend="faulty", fault_rate=1.0)
+    Manager(failing, load_backend(failing.settings)).run_due()
+    ended = {e.event_type: (e.status, e.attempts) for e in leases.get(ALICE, lease.id).events}
+    assert leases.get(ALICE, lease.id).status == "ERROR"
+    assert ended["end_lease"] == ("ERROR", 3)
+
+    leases.delete(ALICE, lease.id)
+    with ctx.db.reader() as session:
+        deleting = session.get(Lease, lease.id)
+        assert deleting is not None and deleting.status == "DELETING"
+        end = next(e for e in deleting.events if e.event_type == "end_lease")
+        assert (end.status, end.attempts, end.not_before) == ("UNDONE", 0, clock.now())
+    Manager(ctx, StandaloneBackend()).run_due()
+    with ctx.db.reader() as session:
+        shown = session.get(Lease, lease.id)
+        assert shown is not None and shown.status == "TERMINATED"
+        assert {e.event_type: e.status for e in shown.events}["end_lease"] == "DONE"
+        assert {r.status for r in shown.reservations} == {"deleted"}

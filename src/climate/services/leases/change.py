@@ -23,6 +23,7 @@ from climate.domain.status import (
     EventType,
     LeaseStatus,
     ReservationStatus,
+    check_event_transition,
     check_lease_transition,
 )
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity
@@ -252,6 +253,15 @@ class Changing(LeaseBase):
                     event.time = event.not_before = now
                 else:
                     session.delete(event)
+            # An end that gave up (the lease is in ERROR) is tried again, with every attempt:
+            # deleting asks for the resources back, and a DELETING lease no event will end
+            # would stay so for good.
+            for event in lease.events:
+                if event.event_type == EventType.END_LEASE and event.status == EventStatus.ERROR:
+                    check_event_transition(event.status, EventStatus.UNDONE)
+                    event.status = EventStatus.UNDONE
+                    event.attempts = 0
+                    event.time = event.not_before = event.updated_at = now
             for reservation in lease.reservations:
                 self.ctx.resource_types[reservation.resource_type].release(
                     session, reservation, now

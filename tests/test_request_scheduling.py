@@ -477,6 +477,8 @@ def test_on_a_real_server_a_request_waiting_on_the_cloud_lends_its_slot(sqlite_u
 
 
 def test_on_a_real_server_a_slot_not_lent_makes_the_next_request_wait(sqlite_url: str) -> None:
-    took, still_running = _slow_then_listed(sqlite_url, lend_ms=60_000)
-    assert not still_running
+    took, _ = _slow_then_listed(sqlite_url, lend_ms=60_000)
+    # The listing waited for the creation's slot. Whether the creation's answer had reached
+    # the client's other thread by then is a race of the client's (the slot is given back
+    # once the answer is complete, before it is written out), so it is not asserted.
     assert took > STUCK - 0.8

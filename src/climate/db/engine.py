@@ -414,4 +414,6 @@ def _sqlite_on_begin(connection: Any) -> None:
     # A writer takes the write lock at BEGIN: in WAL mode a reader that later writes fails with
     # SQLITE_BUSY_SNAPSHOT when another writer committed in between, whatever the busy timeout.
     write = connection.get_execution_options().get("climate_write", False)
-    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+    # On the driver's connection: SQLAlchemy's execution of one statement costs more than
+    # SQLite's BEGIN itself, and every transaction runs one.
+    raw.begin(connection, "BEGIN IMMEDIATE" if write else "BEGIN")

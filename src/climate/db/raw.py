@@ -142,6 +142,16 @@ def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str
         cursor.close()
 
 
+def begin(connection: Connection, sql: str) -> None:
+    """Run ``sql``, which starts a transaction, on ``connection``'s DBAPI connection."""
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    try:
+        driver.execute(sql)
+    except connection.dialect.loaded_dbapi.Error as error:
+        raise _wrapped(error, connection, sql, ()) from error
+
+
 def _arguments(plan: _Compiled, params: Mapping[str, Any]) -> Any:
     """The DBAPI's arguments: a list for a positional paramstyle (SQLite), a dict for a named
     one (psycopg), each value through its type's processor, as SQLAlchemy's execution would."""

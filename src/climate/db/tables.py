@@ -77,12 +77,21 @@ def built(model: type[Row], **values: Any) -> Row:
         if key not in relations:
             attributes[key] = value
             continue
-        set_committed_value(row, key, value)
-        back = relations[key]
-        if back:
-            for child in value:
-                set_committed_value(child, back, row)
+        _attach(row, key, relations[key], value)
     return row
+
+
+def attach(row: Base, key: str, children: list[Any]) -> None:
+    """Set the collection ``key`` of ``row``, a ``built`` object, to ``children`` on both
+    sides, as ``built`` does: with none of the ORM's events, which an assignment sends."""
+    _attach(row, key, _making(type(row))[1][key], children)
+
+
+def _attach(row: Base, key: str, back: str | None, children: list[Any]) -> None:
+    set_committed_value(row, key, children)
+    if back:
+        for child in children:
+            set_committed_value(child, back, row)
 
 
 @functools.cache

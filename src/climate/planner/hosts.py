@@ -132,8 +132,9 @@ class HostsView:
         worst = np.partition(fits, count - 1)[count - 1]
         tied = found[fits == worst]
         tighter = found[fits < worst]
-        lowest = np.partition(self.ids[tied], count - len(tighter) - 1)[: count - len(tighter)]
-        return np.concatenate((tighter, tied[np.isin(self.ids[tied], lowest)]))
+        need = count - len(tighter)
+        lowest = np.argpartition(self.ids[tied], need - 1)[:need]  # ids are unique
+        return np.concatenate((tighter, tied[lowest]))
 
 
 def replacements(view: HostsView, count: int, unusable: Iterable[int]) -> list[int]:

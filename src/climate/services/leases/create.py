@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK, retry_transient
-from climate.db.tables import Lease, Reservation, built, new_id
+from climate.db.tables import Lease, Reservation, attach, built, new_id
 from climate.domain import lease_rules
 from climate.domain.actor import Actor
 from climate.domain.admission import AdmissionRefused, Admitted, Refused
@@ -211,7 +211,7 @@ class Creating(LeaseBase):
             lease.status = LeaseStatus.HELD
             lease.hold_expires_at = wake = min(now + request.hold, start)
         else:
-            lease.events = new_events(lease, now, checked.reminders)
+            attach(lease, "events", new_events(lease, now, checked.reminders))
         # Written with Core inserts and kept outside the session: nothing to flush or reload.
         # These rows are invisible to others until commit, so they go before the admission
         # lock: only the capacity decision is serialised. The name is the unique index's.

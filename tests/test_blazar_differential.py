@@ -13,55 +13,33 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests import real_blazar
 from tests.conftest import LiveServer, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.blazar]
-RUN_BLAZAR = Path("/work/shared/blazar/run_blazar.sh")
 DATE = "%Y-%m-%d %H:%M"
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true but the real Blazar cannot run: {why}")
-    pytest.skip(f"the real Blazar 18 cannot run here ({why})")
 
 
 @pytest.fixture(scope="module")
 def blazar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Blazar 18's v1 URL, on an empty database, with one host."""
-    if not RUN_BLAZAR.exists():
-        _unavailable(f"{RUN_BLAZAR} is missing")
-    state = os.environ.get("BLAZAR_STATE", "/tmp/blazar-ref")
     path = tmp_path_factory.mktemp("blazar") / "blazar.sqlite"
     port = free_port()
-    env = {**os.environ, "BLAZAR_STATE": state, "FRESH": "1"}
-    started = subprocess.run(
-        ["bash", str(RUN_BLAZAR), str(port), str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if started.returncode != 0:
-        _unavailable(started.stderr.strip().splitlines()[-1] if started.stderr else "no output")
+    env = {**os.environ, "FRESH": "1"}
+    real_blazar.start(port, path, env)
     try:
         url = f"http://127.0.0.1:{port}/v1"
         assert httpx.post(f"{url}/os-hosts", json={"name": "node-1"}).status_code == 201
         yield url
     finally:
-        subprocess.run(
-            ["bash", str(RUN_BLAZAR), "stop", str(port)], env=env, timeout=60, check=False
-        )
+        real_blazar.stop(port, env)
 
 
 @pytest.fixture

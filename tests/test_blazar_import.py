@@ -30,11 +30,11 @@ from climate.domain.clock import ManualClock
 from climate.manager.service import Manager
 from climate.runtime import build_context
 from climate.services.blazar_import import BlazarImportService, Unmappable
+from tests import real_blazar
 from tests.conftest import free_port, serve
 from tests.test_blazar_cli import Blazar, cli_env, lease_shown
 
 pytestmark = pytest.mark.slow
-RUN_BLAZAR = Path("/work/shared/blazar/run_blazar.sh")
 FILL = Path(__file__).with_name("blazar") / "fill_blazar.py"
 CLIMATE = Path(sys.executable).with_name("climate")
 BLAZAR_CLI = Path(sys.executable).with_name("blazar")
@@ -52,33 +52,15 @@ class Made:
     ids: dict[str, str]
 
 
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true but the real Blazar cannot run: {why}")
-    pytest.skip(f"the real Blazar 18 cannot run here ({why})")
-
-
 @pytest.fixture(scope="module")
 def blazar_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     """Hosts and leases (pending, active, ended; host, instance and floating IP reservations)
     made by the real Blazar 18 and its CLI, plus a reservation of an unknown resource type."""
-    if not RUN_BLAZAR.exists():
-        _unavailable(f"{RUN_BLAZAR} is missing")
-    state = Path(os.environ.get("BLAZAR_STATE", "/tmp/blazar-ref"))
     directory = tmp_path_factory.mktemp("blazar")
     path = directory / "blazar.sqlite"
     port = free_port()
-    env = {**os.environ, "BLAZAR_STATE": str(state), "FRESH": "1"}
-    started = subprocess.run(
-        ["bash", str(RUN_BLAZAR), str(port), str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if started.returncode != 0:
-        _unavailable(started.stderr.strip().splitlines()[-1] if started.stderr else "no output")
+    env = {**os.environ, "FRESH": "1"}
+    real_blazar.start(port, path, env)
     try:
         cli = Blazar(cli_env(f"http://127.0.0.1:{port}", OS_AUTH_TYPE="none"))
         cli.json("host-create", "--extra", "gpu=a100", "--extra", "rack=r1", "node-1")
@@ -108,10 +90,8 @@ def blazar_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
         lease_shown_active = _wait_active(cli, ids["active"])
         assert lease_shown_active["status"] == "ACTIVE"
     finally:
-        subprocess.run(
-            ["bash", str(RUN_BLAZAR), "stop", str(port)], env=env, check=False, timeout=30
-        )
-    python = state / "venv" / "bin" / "python"
+        real_blazar.stop(port, env)
+    python = real_blazar.state() / "venv" / "bin" / "python"
     filled = subprocess.run(
         [str(python), "-W", "ignore", str(FILL), str(path), "--unmappable"],
         capture_output=True,
@@ -122,18 +102,14 @@ def blazar_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     ids.update(json.loads(filled.stdout.strip().splitlines()[-1]))
     # What the blazar CLI shows of it: Blazar again on the finished database (no FRESH).
     env["FRESH"] = "0"
-    subprocess.run(
-        ["bash", str(RUN_BLAZAR), str(port), str(path)], env=env, check=True, timeout=120
-    )
+    real_blazar.start(port, path, env)
     try:
         listed = cli.json("lease-list")
         leases = {lease["id"]: lease_shown(cli, lease["id"]) for lease in listed}
         names = [h["hypervisor_hostname"] for h in cli.json("host-list")]
         hosts = {name: cli.json("host-show", name) for name in names}
     finally:
-        subprocess.run(
-            ["bash", str(RUN_BLAZAR), "stop", str(port)], env=env, check=False, timeout=30
-        )
+        real_blazar.stop(port, env)
     yield Made(path, leases, hosts, ids)
 
 

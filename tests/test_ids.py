@@ -1,0 +1,33 @@
+"""Row ids (``db.tables.new_id``): UUIDs of version 7, ordered by the millisecond they were made
+in, random within it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from climate.db.tables import new_id
+
+
+def test_an_id_is_a_uuid_of_version_7_with_the_time_it_was_made() -> None:
+    before = time.time_ns() // 1_000_000
+    made = new_id()
+    after = time.time_ns() // 1_000_000
+    parsed = uuid.UUID(made)
+    assert str(parsed) == made  # the canonical 36-character form, lower case
+    assert parsed.version == 7
+    assert parsed.variant == uuid.RFC_4122
+    assert before <= parsed.int >> 80 <= after
+
+
+def test_ids_made_in_later_milliseconds_sort_after_earlier_ones() -> None:
+    made = []
+    for _ in range(5):
+        made.append(new_id())
+        time.sleep(0.002)
+    assert made == sorted(made)
+
+
+def test_ids_made_in_the_same_millisecond_differ() -> None:
+    many = [new_id() for _ in range(20_000)]
+    assert len(set(many)) == len(many)

@@ -42,8 +42,8 @@ def new_id() -> str:
     """A new row's id: a UUID of version 7 (RFC 9562), its first 48 bits the time in
     milliseconds, the other 74 free bits random. Ids made together sort together, so an index
     of them (every primary key; the lease ids other tables index) takes them at its right
-    edge: an admission writes about 4 pages fewer to SQLite's WAL than with random version 4
-    ids, whose inserts land on a random leaf each, and that page is already cached."""
+    edge, a page already cached and, within a transaction, already written. Random (version 4)
+    ids land on a random leaf each: an admission wrote about 3 pages more to SQLite's WAL."""
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10))
     value = value & ~_VERSION_MASK | _VERSION_7
     return str(uuid.UUID(int=value & ~_VARIANT_MASK | _VARIANT_RFC))

@@ -31,3 +31,12 @@ def test_ids_made_in_later_milliseconds_sort_after_earlier_ones() -> None:
 def test_ids_made_in_the_same_millisecond_differ() -> None:
     many = [new_id() for _ in range(20_000)]
     assert len(set(many)) == len(many)
+
+
+def test_every_id_is_in_the_canonical_form_whatever_its_random_bits() -> None:
+    # Leading zero bits included: each field keeps its width.
+    for _ in range(2_000):
+        made = new_id()
+        parsed = uuid.UUID(made)
+        assert str(parsed) == made
+        assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)

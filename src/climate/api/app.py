@@ -9,7 +9,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,6 +39,7 @@ from climate.api import (
 from climate.api.auth import Authenticator
 from climate.api.deps import Services
 from climate.api.observe import ObservedRequests
+from climate.api.rendering import JSONResponse
 from climate.api.scheduling import RequestScheduler
 from climate.api.schemas.answers import ANYONE, answers
 from climate.api.schemas.ops import Versions
@@ -124,7 +124,10 @@ class OpenStackHeaders:
 
 def create_app(ctx: ServiceContext) -> FastAPI:
     app = FastAPI(
-        title="Climate", version=__version__, summary="Reservations, Blazar v1 compatible"
+        title="Climate",
+        version=__version__,
+        summary="Reservations, Blazar v1 compatible",
+        default_response_class=JSONResponse,
     )
     tokens = TokenService(ctx)
     kinds = item_kinds(ctx.resource_types)

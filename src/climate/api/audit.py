@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, PageDep, ServicesDep
 from climate.api.parsing import optional_date
+from climate.api.rendering import JSONResponse
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.searches import AuditLog
 

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from climate import inputs, wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object, parse_date
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import body
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.bodies import AvailabilitySearch

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Response
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from climate import wire
 from climate.api.allocation_renders import allocation
 from climate.api.deps import ActorDep, BodyDep, PageDep, ServicesDep, SortedPageDep
 from climate.api.parsing import json_object, optional_date
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import body, validated
 from climate.api.schemas.answers import ONE, V1, WRITE, answers
 from climate.api.schemas.hosts import HostCreate, HostUpdate, PropertyUpdate, given

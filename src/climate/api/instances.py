@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from climate.api.allocation_renders import allocation
 from climate.api.deps import ActorDep, PageDep, ServicesDep
 from climate.api.hosts import FiltersDep
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import inventory
 from climate.api.schemas.answers import ONE, V1, answers
 from climate.services.hosts import HostAllocations

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.allocation_renders import allocation
 from climate.api.deps import ActorDep, BodyDep, PageDep, Services, ServicesDep, SortedPageDep
 from climate.api.hosts import FiltersDep
 from climate.api.parsing import json_object
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import body
 from climate.api.schemas.answers import ONE, V1, WRITE, answers
 from climate.api.schemas.bodies import ItemUpdate, VolumePoolCreate, VolumePoolUpdate, item_create

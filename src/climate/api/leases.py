@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
 
 from climate import metrics, wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep, SortedPageDep, WriteDep
 from climate.api.parsing import flag
+from climate.api.rendering import JSONResponse
 from climate.api.reservations import ActionsDep
 from climate.api.schemas import body, validated
 from climate.api.schemas.answers import ONE, V1, WRITE, answers

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import body, validated
 from climate.api.schemas.answers import ONE, WRITE, answers
 from climate.api.schemas.lease_answers import LeaseAnswer

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from climate import metrics
+from climate.api.rendering import JSONResponse
 from climate.api.schemas.answers import ANYONE, answers
 from climate.api.schemas.ops import Health, Readiness, ReadinessCheck
 from climate.domain.status import LeaseStatus

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep
+from climate.api.rendering import JSONResponse
 from climate.api.schemas.answers import ONE, answers
 from climate.api.schemas.lease_answers import LeaseAnswer
 from climate.services.reservation_actions import ReservationActionService

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep
 from climate.api.parsing import json_object, series_request
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import body
 from climate.api.schemas.answers import ONE, V1, WRITE, answers
 from climate.api.schemas.bodies import SeriesCreate

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from climate import wire
 from climate.api.deps import ActorDep, BodyDep, ServicesDep
 from climate.api.parsing import json_object
+from climate.api.rendering import JSONResponse
 from climate.api.schemas import body, validated
 from climate.api.schemas.answers import V1, WRITE, answers
 from climate.api.schemas.bodies import LeaseFromTemplate

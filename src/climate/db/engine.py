@@ -150,7 +150,9 @@ class Database:
                     session.info[_SHARED] = False  # True once taken
                 try:
                     with session.begin():
-                        session.connection(execution_options={"climate_write": True})
+                        session.info[raw.CONNECTION] = session.connection(
+                            execution_options={"climate_write": True}
+                        )
                         if lock is not None:
                             self.lock(session, lock)
                         try:

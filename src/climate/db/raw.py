@@ -43,9 +43,9 @@ class _Compiled:
     compiled: SQLCompiler
     binds: tuple[_Bind, ...]
     positional: bool
-    plain: bool
-    """Every parameter is the caller's or a fixed value (none computed at execution): the
-    arguments can be built without ``construct_params``."""
+    arguments: Callable[[Mapping[str, Any]], Any] | None
+    """The DBAPI's arguments from the caller's parameters, where every parameter is the
+    caller's or a fixed value (none computed at execution, so no ``construct_params``)."""
 
 
 _CACHE: dict[tuple[int, str, tuple[str, ...]], tuple[ClauseElement, _Compiled]] = {}
@@ -72,7 +72,8 @@ def _compiled(
             for name in (positions or by_name)
         )
         plain = all(b.callable is None and not b.expanding for b in by_name.values())
-        found = (statement, _Compiled(compiled, binds, bool(positions), plain))
+        arguments = _arguments_of(binds, bool(positions)) if plain else None
+        found = (statement, _Compiled(compiled, binds, bool(positions), arguments))
         _CACHE[key] = found
     return found[1]
 
@@ -88,7 +89,7 @@ def _processor(bind: BindParameter[Any], dialect: Dialect) -> _Process | None:
 def rows(session: Session, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
     """The rows of ``statement`` (or of its ``RETURNING``) with ``params``, as tuples, in the
     session's transaction."""
-    connection = session.connection()
+    connection = _connection(session)
     plan = _compiled(statement, connection.dialect)
     args = _arguments(plan, params)
     cursor = connection.connection.cursor()
@@ -108,7 +109,7 @@ def rows_then_commit(
     (psycopg's pipeline mode): a row ``statement`` locks is held until the commit ends, not
     also while this process gets back to send the COMMIT (under load, a wait for the GIL of
     up to a switch interval). The session's own commit then finds nothing left to do."""
-    connection = session.connection()
+    connection = _connection(session)
     plan = _compiled(statement, connection.dialect)
     args = _arguments(plan, params)
     driver: Any = connection.connection.driver_connection
@@ -130,7 +131,7 @@ def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str
     if not rows:
         return
     session.flush()
-    connection = session.connection()
+    connection = _connection(session)
     plan = _compiled(statement, connection.dialect, tuple(rows[0]))
     args = [_arguments(plan, row) for row in rows]
     cursor = connection.connection.cursor()
@@ -140,6 +141,16 @@ def write(session: Session, statement: ClauseElement, rows: Sequence[Mapping[str
         raise _wrapped(error, connection, plan.compiled.string, args) from error
     finally:
         cursor.close()
+
+
+CONNECTION = "raw_connection"
+"""Where a write transaction's session keeps its connection (``Database.transaction``): asking
+the session each time cost as much as the statement's own arguments."""
+
+
+def _connection(session: Session) -> Connection:
+    found: Connection | None = session.info.get(CONNECTION)
+    return session.connection() if found is None else found
 
 
 def begin(connection: Connection, sql: str) -> None:
@@ -155,17 +166,37 @@ def begin(connection: Connection, sql: str) -> None:
 def _arguments(plan: _Compiled, params: Mapping[str, Any]) -> Any:
     """The DBAPI's arguments: a list for a positional paramstyle (SQLite), a dict for a named
     one (psycopg), each value through its type's processor, as SQLAlchemy's execution would."""
-    if plan.plain:
-        values: list[Any] = []
-        for bind in plan.binds:
-            value = params.get(bind.key, bind.fixed)
-            if value is _NO_VALUE:
-                return _constructed(plan, params)  # a value missing: SQLAlchemy's error
-            values.append(value if bind.process is None else bind.process(value))
-        if plan.positional:
-            return values
-        return {bind.name: value for bind, value in zip(plan.binds, values, strict=True)}
+    if plan.arguments is not None:
+        try:
+            return plan.arguments(params)
+        except KeyError:
+            pass  # a value missing: SQLAlchemy's error, below
     return _constructed(plan, params)
+
+
+def _arguments_of(binds: tuple[_Bind, ...], positional: bool) -> Callable[[Mapping[str, Any]], Any]:
+    """A function of the caller's parameters that makes the DBAPI's arguments in one
+    expression: an admission makes a few hundred, and a loop over the binds, with its
+    attribute reads and checks per value, was most of their cost. A missing value without a
+    fixed one raises ``KeyError``."""
+    names: dict[str, Any] = {}
+    values = []
+    for i, bind in enumerate(binds):
+        names[f"k{i}"] = bind.key
+        if bind.fixed is _NO_VALUE:
+            value = f"p[k{i}]"
+        else:
+            names[f"f{i}"] = bind.fixed
+            value = f"p.get(k{i}, f{i})"
+        if bind.process is not None:
+            names[f"c{i}"] = bind.process
+            value = f"c{i}({value})"
+        values.append(value if positional else f"n{i}: {value}")
+        names[f"n{i}"] = bind.name
+    body = f"[{', '.join(values)}]" if positional else f"{{{', '.join(values)}}}"
+    source = f"def arguments(p):\n    return {body}\n"
+    exec(source, names)  # the source holds only names made above, never a value
+    return cast(Callable[[Mapping[str, Any]], Any], names["arguments"])
 
 
 def _constructed(plan: _Compiled, params: Mapping[str, Any]) -> Any:

@@ -6,7 +6,6 @@ import datetime as dt
 import functools
 import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -36,6 +35,7 @@ PROPERTY_VALUE_LENGTH = 255
 
 _VERSION_MASK, _VERSION_7 = 0xF << 76, 0x7 << 76
 _VARIANT_MASK, _VARIANT_RFC = 0x3 << 62, 0x2 << 62
+_FREE_BITS = ~(_VERSION_MASK | _VARIANT_MASK)
 
 
 def new_id() -> str:
@@ -45,8 +45,9 @@ def new_id() -> str:
     edge, a page already cached and, within a transaction, already written. Random (version 4)
     ids land on a random leaf each: an admission wrote about 3 pages more to SQLite's WAL."""
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10))
-    value = value & ~_VERSION_MASK | _VERSION_7
-    return str(uuid.UUID(int=value & ~_VARIANT_MASK | _VARIANT_RFC))
+    # uuid.UUID's own text, without its constructor's checks: half the cost, 8 ids an admission.
+    h = "%032x" % (value & _FREE_BITS | _VERSION_7 | _VARIANT_RFC)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 _ALLOCATIONS_OF = {

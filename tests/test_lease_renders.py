@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from climate import wire
-from climate.api.lease_renders import Renders, encode
+from climate.api.lease_renders import Renders
+from climate.api.rendering import encode
 from climate.config import load_settings
 from climate.db.engine import Database
 from climate.domain.actor import Actor

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from climate.api.lease_renders import encode
+from climate.api.rendering import encode
 from climate.db.allocation_listing import NO_END, Shown
 from climate.services.hosts import HostAllocations
 

@@ -4,24 +4,17 @@ them (``LeaseService.list_revised``)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 from climate import wire
+from climate.api.rendering import encode
 from climate.services.leases.listing import Shown
 
 KEPT_BYTES = 32 * 1024 * 1024
 """What is kept, least recently shown dropped first (a page of a thousand leases is about
 2.3 MB)."""
-
-
-def encode(body: Any) -> bytes:
-    """JSON as ``JSONResponse`` writes it: pieces encoded alone and joined by ``,`` are the
-    bytes of the whole encoded at once."""
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 class Renders:

@@ -8,15 +8,22 @@ that is not a number or is infinite renders as ``null``, where ``json.dumps`` re
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 from fastapi.responses import JSONResponse as _StarletteJSON
 
 
+def encode(body: Any) -> bytes:
+    """``body`` as JSON, as every answer writes it: pieces encoded alone and joined by ``,``
+    are the bytes of the whole encoded at once (the kept renders of leases and allocations)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 class JSONResponse(_StarletteJSON):
     def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except TypeError:  # orjson.JSONEncodeError is a TypeError
-            return super().render(content)
+        return encode(content)

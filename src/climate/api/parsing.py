@@ -94,20 +94,26 @@ def parse_date(field: str, value: object) -> dt.datetime:
 
 
 def _parse_utc(field: str, value: str, text: str) -> dt.datetime:
-    for fmt in _FORMATS:
-        try:
-            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
-        except ValueError:
-            continue
+    # ISO 8601 first: it is what clients send most, and a failed ``strptime`` costs as much as
+    # a whole ``fromisoformat``. Where both read a text, they read the same moment; Blazar's
+    # formats are tried after it for what only ``strptime`` reads (``2030-1-5 3:04``).
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
     except ValueError as exc:
+        for fmt in _FORMATS:
+            try:
+                return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
+            except ValueError:
+                continue
         raise InvalidInput(
             field,
             f"{inputs.printable(value)} is an invalid date. Required format: %Y-%m-%d %H:%M "
             "(or ISO 8601; UTC without an offset)",
         ) from exc
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=dt.UTC)
+    try:
+        return parsed.astimezone(dt.UTC)
     except OverflowError as exc:  # e.g. 9999-12-31T23:00-05:00 is past datetime.max in UTC
         raise InvalidInput(field, f"{value!r} is out of range") from exc
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -162,6 +161,36 @@ def test_each_committed_row_is_logged_as_one_json_line(
     ]
 
 
+@pytest.mark.parametrize(
+    ("target_id", "detail"),
+    [
+        ("x", None),
+        ("x", {"count": 2**70, "name": "big"}),  # past orjson's integers: the library's JSON
+    ],
+)
+def test_a_log_line_holds_the_row_and_its_detail_as_stored(
+    ctx: ServiceContext,
+    caplog: pytest.LogCaptureFixture,
+    target_id: str,
+    detail: dict[str, object] | None,
+) -> None:
+    caplog.set_level(logging.INFO, logger="climate.audit")
+    with ctx.db.transaction() as session:
+        audit.record(
+            session,
+            at=T0,
+            actor=ALICE,
+            action="lease.update",
+            target_type="lease",
+            target_id=target_id,
+            detail=detail,
+        )
+    [line] = [json.loads(r.getMessage()) for r in caplog.records if r.name == "climate.audit"]
+    assert line["target_id"] == target_id
+    assert line["detail"] == detail
+    assert line["at"] == T0.isoformat()
+
+
 def test_no_json_is_made_at_commit_for_a_line_the_logger_drops(
     ctx: ServiceContext,
     hosts: HostService,
@@ -170,10 +199,10 @@ def test_no_json_is_made_at_commit_for_a_line_the_logger_drops(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="climate.audit")
 
-    def unwanted(text: str) -> object:
-        raise AssertionError(f"a dropped log line was decoded: {text}")
+    def unwanted(row: object) -> str:
+        raise AssertionError(f"a dropped log line was made: {row}")
 
-    monkeypatch.setattr(audit, "json", SimpleNamespace(dumps=json.dumps, loads=unwanted))
+    monkeypatch.setattr(audit, "_line", unwanted)
     host = hosts.create(ADMIN, "compute-0", {})
     assert [(r.action, r.target_id, detail(r)) for r in rows(ctx)] == [
         ("host.create", str(host.id), {"name": "compute-0"})

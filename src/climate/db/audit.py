@@ -171,13 +171,18 @@ def _json(detail: Detail) -> str:
         return json.dumps(detail, sort_keys=True, default=str)
 
 
+def _line(row: Mapping[str, Any]) -> str:
+    """An audit row as its log line: a JSON object, keys sorted, its detail (JSON already)
+    written as stored rather than parsed and written again."""
+    line = {**row, "at": row["at"].isoformat(), "detail": orjson.Fragment(row["detail"] or "null")}
+    return orjson.dumps(line, option=orjson.OPT_SORT_KEYS).decode()
+
+
 def _log_on_commit(session: Session, rows: list[dict[str, Any]]) -> None:
     def log() -> None:
         if not LOG.isEnabledFor(logging.INFO):  # the line would be dropped: skip its JSON
             return
         for row in rows:
-            line = {**row, "at": row["at"].isoformat()}
-            line["detail"] = json.loads(row["detail"]) if row["detail"] else None
-            LOG.info(json.dumps(line, sort_keys=True))
+            LOG.info(_line(row))
 
     session.info.setdefault(AFTER_COMMIT, []).append(log)

@@ -27,6 +27,7 @@ from climate.addresses import (
 from climate.config_input import problem, read_file
 from climate.domain.flavors import parse_flavors
 from climate.errors import InvalidInput
+from climate.fairshare.rule_config import parse_rules, parsed
 
 if TYPE_CHECKING:
     from climate.fairshare.rules import Rule
@@ -341,16 +342,12 @@ class Settings(BaseSettings):
     @field_validator("usage_rules")
     @classmethod
     def _usage_rules(cls, raw: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
-        from climate.fairshare.rule_config import parse_rules
-
         parse_rules(raw)  # a RuleError is a ValueError naming the rule
         return raw
 
     @property
     def rules(self) -> tuple[Rule, ...]:
         """``usage_rules`` parsed (they were checked when the settings were built)."""
-        from climate.fairshare.rule_config import parsed
-
         return parsed(self.usage_rules)
 
     @field_validator(

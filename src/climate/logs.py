@@ -42,4 +42,9 @@ def configure(settings: Settings, *, verbose: bool = False) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # Neither format shows where a line was logged from, nor the thread or process: skip
+    # gathering them for every record (the logging HOWTO's "Optimization"); the service logs
+    # two lines per admission, and finding the caller walked the stack for each.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     ACCESS.disabled = not settings.access_log

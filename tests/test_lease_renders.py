@@ -20,13 +20,13 @@ from sqlalchemy import text
 
 from climate import wire
 from climate.api.lease_renders import Renders
-from climate.api.rendering import encode
 from climate.config import load_settings
 from climate.db.engine import Database
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
 from climate.domain.status import LeaseType
 from climate.errors import ClimateError, NotFound
+from climate.jsontext import encode
 from climate.runtime import build_context
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService

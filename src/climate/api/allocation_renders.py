@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from climate.api.rendering import encode
 from climate.db.allocation_listing import NO_END, Shown
+from climate.jsontext import encode
 from climate.services.hosts import HostAllocations
 
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from climate import wire
-from climate.api.rendering import encode
+from climate.jsontext import encode
 from climate.services.leases.listing import Shown
 
 KEPT_BYTES = 32 * 1024 * 1024

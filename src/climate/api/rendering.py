@@ -1,27 +1,14 @@
-"""JSON answers rendered by orjson: the same compact UTF-8 text as Starlette's ``JSONResponse``
-(``json.dumps`` with ``separators=(",", ":")`` and ``ensure_ascii=False``) at a tenth of its
-cost, which showed in an admission's profile. What orjson refuses (an integer beyond 64 bits, a
-key that is not a string) goes through ``json.dumps`` as before. Two differences: a float may
-be spelled otherwise (``0.00006103515625`` for ``6.103515625e-05``, the same number), and one
-that is not a number or is infinite renders as ``null``, where ``json.dumps`` refused it (a
-500)."""
+"""JSON answers written by ``climate.jsontext.encode`` (orjson), in place of Starlette's
+``json.dumps``: the same bytes but for how a float is spelled, and ``null`` for a float that is
+not a number, where Starlette refused it (a 500)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import orjson
 from fastapi.responses import JSONResponse as _StarletteJSON
 
-
-def encode(body: Any) -> bytes:
-    """``body`` as JSON, as every answer writes it: pieces encoded alone and joined by ``,``
-    are the bytes of the whole encoded at once (the kept renders of leases and allocations)."""
-    try:
-        return orjson.dumps(body)
-    except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+from climate.jsontext import encode
 
 
 class JSONResponse(_StarletteJSON):

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from climate import jsontext
 from climate.db import allocations, change_feed, locking, raw
 from climate.db.change_feed import ChangeFeed
 from climate.db.tables import Lock, table_of
@@ -390,6 +391,7 @@ def _make_engine(url: str, echo: bool) -> Engine:
             url,
             echo=echo,
             connect_args={"check_same_thread": False, "timeout": 30},
+            json_serializer=jsontext.text,
             **pooling,
         )
         event.listen(engine, "connect", _sqlite_on_connect)
@@ -397,7 +399,14 @@ def _make_engine(url: str, echo: bool) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
-    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(
+        url,
+        echo=echo,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        json_serializer=jsontext.text,
+    )
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:

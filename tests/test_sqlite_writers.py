@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
 
 from climate.db.engine import AFTER_COMMIT, Database, Writers
 
@@ -73,6 +76,56 @@ def test_a_writer_holds_the_turn_until_its_transaction_ends(db: Database, path: 
     with db.reader() as session:  # readers never take it
         assert session.execute(text("SELECT count(*) FROM scratch")).scalar_one() == 0
         assert _free(path)
+
+
+def _driver(session: Session) -> object:
+    return session.connection().connection.driver_connection
+
+
+def test_writers_share_one_connection_whatever_became_of_the_last_transaction(
+    db: Database,
+) -> None:
+    with db.transaction() as session:
+        session.execute(text("CREATE TABLE scratch (n INTEGER PRIMARY KEY)"))
+        first = _driver(session)
+    with pytest.raises(RuntimeError), db.transaction() as session:
+        session.execute(text("INSERT INTO scratch (n) VALUES (1)"))
+        raise RuntimeError("rolled back")
+    with pytest.raises(IntegrityError), db.transaction() as session:  # a refused row
+        session.execute(text("INSERT INTO scratch (n) VALUES (2), (2)"))
+    with db.transaction() as session:
+        assert _driver(session) is first
+        assert session.execute(text("SELECT count(*) FROM scratch")).scalar_one() == 0
+        session.execute(text("INSERT INTO scratch (n) VALUES (3)"))
+    with db.reader() as session:  # readers have connections of their own
+        assert _driver(session) is not first
+        assert session.execute(text("SELECT n FROM scratch")).scalars().all() == [3]
+
+
+def test_a_broken_shared_connection_is_replaced_by_the_next_writer(db: Database) -> None:
+    with db.transaction() as session:
+        session.execute(text("CREATE TABLE scratch (n INTEGER)"))
+        broken = _driver(session)
+    assert isinstance(broken, sqlite3.Connection)
+    broken.close()  # as a fault underneath would leave it
+    with pytest.raises(DBAPIError), db.transaction() as session:
+        session.execute(text("INSERT INTO scratch (n) VALUES (1)"))
+    with db.transaction() as session:
+        assert _driver(session) is not broken
+        session.execute(text("INSERT INTO scratch (n) VALUES (2)"))
+    with db.reader() as session:
+        assert session.execute(text("SELECT n FROM scratch")).scalars().all() == [2]
+
+
+def test_disposing_of_the_database_closes_the_shared_connection(sqlite_url: str) -> None:
+    database = Database(sqlite_url)
+    with database.transaction() as session:
+        session.execute(text("CREATE TABLE scratch (n INTEGER)"))
+        shared = _driver(session)
+    assert isinstance(shared, sqlite3.Connection)
+    database.dispose()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        shared.execute("SELECT 1")
 
 
 def test_what_follows_a_commit_runs_once_the_turn_is_released(db: Database, path: str) -> None:

@@ -64,7 +64,8 @@ def sqlite_time(value: dt.datetime | None) -> str | None:
         raise ValueError("naive datetime given to a UTC column")
     if value.tzinfo is not dt.UTC:
         value = value.astimezone(dt.UTC)
-    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+    # The aware text cut before its offset: ``replace(tzinfo=None)`` cost more than this whole.
+    return value.isoformat(" ", "microseconds")[:26]
 
 
 def as_utc(value: object) -> dt.datetime:

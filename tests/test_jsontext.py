@@ -35,11 +35,17 @@ def test_a_json_column_is_stored_as_compact_text_and_read_back(db: Database) -> 
     table = Table("jsontext_probe", MetaData(), Column("id", Integer, primary_key=True))
     table.append_column(Column("value", JSON))
     table.create(db.engine)
-    values = [{"b": [1, 2], "a": None}, [2**70, "x"], "text"]
-    with db.engine.begin() as conn:
-        conn.execute(insert(table), [{"id": i, "value": v} for i, v in enumerate(values)])
-    with db.engine.connect() as conn:
-        assert [row.value for row in conn.execute(select(table).order_by(table.c.id))] == values
-        stored = conn.execute(text("SELECT CAST(value AS TEXT) FROM jsontext_probe WHERE id = 0"))
-    # Both keep the text as written (PostgreSQL's json type, unlike jsonb, does).
-    assert stored.scalar() == '{"b":[1,2],"a":null}'
+    try:
+        values = [{"b": [1, 2], "a": None}, [2**70, "x"], "text"]
+        with db.engine.begin() as conn:
+            conn.execute(insert(table), [{"id": i, "value": v} for i, v in enumerate(values)])
+        with db.engine.connect() as conn:
+            read = [row.value for row in conn.execute(select(table).order_by(table.c.id))]
+            stored = conn.execute(
+                text("SELECT CAST(value AS TEXT) FROM jsontext_probe WHERE id = 0")
+            )
+            assert read == values
+            # Both keep the text as written (PostgreSQL's json type, unlike jsonb, does).
+            assert stored.scalar() == '{"b":[1,2],"a":null}'
+    finally:  # the PostgreSQL test database outlives this test: leave its schema as it was
+        table.drop(db.engine)

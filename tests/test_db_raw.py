@@ -19,7 +19,7 @@ from climate.db import hosts as host_rows
 from climate.db import raw
 from climate.db.engine import ADMISSION_LOCK, Database
 from climate.db.tables import HostAllocation, Lock, ManagerProcess, table_of
-from climate.db.types import UTCDateTime, iso_text, sqlite_time
+from climate.db.types import UTCDateTime, iso_text, sqlite_time, utc_text
 from climate.domain.formats import lease_date
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
@@ -173,6 +173,30 @@ def test_a_time_is_read_on_sqlite_as_sqlalchemy_s_two_steps_read_it(moment: dt.d
     assert one_step(stored) == expected
     assert one_step(stored).tzinfo is dt.UTC
     assert one_step(None) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    moment=st.datetimes(min_value=EARLIEST, max_value=LATEST, timezones=st.timezones()),
+    form=st.sampled_from(["stored", "T", "offset", "date", "minutes"]),
+)
+def test_any_stored_text_of_a_time_reads_as_parsing_it_then_making_it_utc(
+    moment: dt.datetime, form: str
+) -> None:
+    """``utc_text`` appends an offset to read the stored text in one call; text of another
+    form (an offset of its own, a date alone) reads as ``fromisoformat`` then UTC read it."""
+    text = {
+        "stored": sqlite_time(moment),
+        "T": moment.replace(tzinfo=None).isoformat("T"),
+        "offset": moment.isoformat(),
+        "date": moment.date().isoformat(),
+        "minutes": moment.replace(tzinfo=None).isoformat(" ", "minutes"),
+    }[form]
+    assert text is not None
+    found = dt.datetime.fromisoformat(text)
+    expected = found.replace(tzinfo=dt.UTC) if found.tzinfo is None else found.astimezone(dt.UTC)
+    assert utc_text(text) == expected
+    assert utc_text(text).tzinfo is dt.UTC
 
 
 def test_a_naive_time_is_refused_by_the_sqlite_binding_too() -> None:

@@ -24,6 +24,7 @@ from climate.db.tables import (
     VolumeAllocation,
     VolumePoolProperty,
 )
+from climate.db.types import utc_text
 from climate.domain.status import EventStatus, EventType
 
 
@@ -92,7 +93,7 @@ def _stamp_reader(session: Session) -> Callable[[Any], dt.datetime]:
     ``fromisoformat`` is several times faster than the column type's own parsing, which counts
     at tens of thousands of rows."""
     if session.get_bind().dialect.name == "sqlite":
-        return lambda text: dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+        return utc_text
     return lambda value: value.astimezone(dt.UTC)
 
 

@@ -33,15 +33,11 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         if dialect.name != "sqlite":
             return super().result_processor(dialect, coltype)
+
         # One call where SQLAlchemy's chain made two (its parse of the text, then
         # ``process_result_value``): reads of allocations parse thousands.
-        parse, utc = dt.datetime.fromisoformat, dt.UTC
-
         def process(value: str | None) -> dt.datetime | None:
-            if value is None:
-                return None
-            found = parse(value)
-            return found.replace(tzinfo=utc) if found.tzinfo is None else found.astimezone(utc)
+            return None if value is None else utc_text(value)
 
         return process
 
@@ -52,6 +48,24 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=dt.UTC)
         return value.astimezone(dt.UTC)
+
+
+def utc_text(value: str) -> dt.datetime:
+    """SQLite's stored text of a time (naive UTC, ``sqlite_time``) as an aware UTC time. Read
+    with the offset appended: a tenth of the cost of parsing it, then ``replace(tzinfo=UTC)``
+    (Python 3.11's ``replace`` parses keywords, about 0.9 us). Text of another form (an offset
+    of its own, a date alone) is read as before."""
+    try:
+        found = _parse(value + "+00:00")
+        if found.tzinfo is dt.UTC:  # not for a date alone: 3.11 drops the offset after it
+            return found
+    except ValueError:
+        pass
+    found = _parse(value)
+    return found.replace(tzinfo=dt.UTC) if found.tzinfo is None else found.astimezone(dt.UTC)
+
+
+_parse = dt.datetime.fromisoformat
 
 
 def sqlite_time(value: dt.datetime | None) -> str | None:

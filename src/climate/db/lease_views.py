@@ -295,7 +295,7 @@ def by_ids(session: Session, ids: Collection[str]) -> dict[str, LeaseRecord]:
 def counts(session: Session) -> bool:
     """Whether the database counts lease revisions (SQLite's triggers, migration 0023), asked
     once per engine."""
-    engine = session.get_bind()
+    engine = session.get_bind().engine  # a writer's session is bound to its connection
     counted = _COUNTED.get(engine)
     if counted is None:
         counted = engine.dialect.name == "sqlite" and bool(

@@ -45,9 +45,15 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         if value is None:
             return None
         assert isinstance(value, dt.datetime)
-        if value.tzinfo is None:
-            return value.replace(tzinfo=dt.UTC)
-        return value.astimezone(dt.UTC)
+        return _in_utc(value)
+
+
+def _in_utc(value: dt.datetime) -> dt.datetime:
+    """``value`` as aware UTC, a naive one taken as UTC already."""
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+_parse = dt.datetime.fromisoformat
 
 
 def utc_text(value: str) -> dt.datetime:
@@ -61,11 +67,7 @@ def utc_text(value: str) -> dt.datetime:
             return found
     except ValueError:
         pass
-    found = _parse(value)
-    return found.replace(tzinfo=dt.UTC) if found.tzinfo is None else found.astimezone(dt.UTC)
-
-
-_parse = dt.datetime.fromisoformat
+    return _in_utc(_parse(value))
 
 
 def sqlite_time(value: dt.datetime | None) -> str | None:
@@ -85,9 +87,9 @@ def sqlite_time(value: dt.datetime | None) -> str | None:
 def as_utc(value: object) -> dt.datetime:
     """An aggregate (min/max) result as aware UTC: SQLite returns those as naive text."""
     if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
+        return utc_text(value)
     assert isinstance(value, dt.datetime)
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    return _in_utc(value)
 
 
 class iso_text(FunctionElement[str]):

@@ -22,12 +22,13 @@ from climate.backends.base import Acknowledge, Action, BeforeEnd, Result, StartM
 from climate.backends.standalone import StandaloneBackend
 from climate.cli.main import main
 from climate.config import Settings
+from climate.db import leases as lease_rows
 from climate.db import migrate
 from climate.db.engine import Database
 from climate.db.records import AuditLog
 from climate.db.tables import Assignment, Event, OutboxMessage
 from climate.domain.clock import ManualClock
-from climate.errors import BackendError, Conflict, Forbidden
+from climate.errors import BackendError, Conflict, Forbidden, NotFound
 from climate.manager.service import Manager
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
@@ -36,6 +37,7 @@ from climate.services.leases import LeaseRequest, LeaseService, ReservationReque
 from climate.services.reservation_actions import ReservationActionService
 from tests.conftest import ADMIN, T0, LiveServer
 from tests.conftest import ALICE as ALICE_ACTOR
+from tests.conftest import BOB as BOB_ACTOR
 from tests.helpers import add_hosts, host_request
 
 ALICE = {"X-Project-Id": "project-a", "X-User-Id": "alice", "X-Roles": "member"}
@@ -478,12 +480,45 @@ def test_a_failing_backend_leaves_an_ended_lease_undeleted_with_its_workload_kep
     (reservation,) = leases.get(ALICE_ACTOR, lease.id).reservations
     assert "acknowledged_at" not in reservation.params
     with ctx.db.reader() as session:
+        assert lease_rows.has_ended_reservation(session, lease.id)
         assert set(session.scalars(select(Assignment.state))) == {"kept"}
         assert list(session.scalars(deletion)) == []
     ReservationActionService(ctx, StandaloneBackend()).delete_lease(ALICE_ACTOR, lease.id)
     with ctx.db.reader() as session:
         assert set(session.scalars(select(Assignment.state))) == {"released"}
         assert sorted(session.scalars(deletion)) == ["lease.delete", "reservation.acknowledge"]
+
+
+def test_deleting_a_lease_before_it_ends_asks_the_backend_to_discard_nothing(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService
+) -> None:
+    hosts.create(ADMIN, "sized", dict(SIZE))
+    fields = {
+        "amount": 1,
+        "vcpus": 1,
+        "memory_mb": 1024,
+        "disk_gb": 10,
+        "end_policy": "keep-until-ack",
+    }
+    request = LeaseRequest(
+        name="early",
+        start=T0 + HOUR,
+        end=T0 + 2 * HOUR,
+        reservations=[ReservationRequest("virtual:instance", fields)],
+    )
+    lease = leases.create(ALICE_ACTOR, request)
+    with ctx.db.reader() as session:
+        assert not lease_rows.has_ended_reservation(session, lease.id)
+        assert not lease_rows.has_ended_reservation(session, "no-such-lease")
+
+    actions = ReservationActionService(ctx, Unforgetting())  # refuses every discard
+    with pytest.raises(NotFound):
+        actions.delete_lease(BOB_ACTOR, lease.id)
+    actions.delete_lease(ALICE_ACTOR, lease.id)
+    with pytest.raises(NotFound):
+        leases.get(ALICE_ACTOR, lease.id)
+    with pytest.raises(NotFound):
+        actions.delete_lease(ALICE_ACTOR, lease.id)
 
 
 def test_the_actions_follow_their_policy_rules(

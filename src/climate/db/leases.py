@@ -36,7 +36,14 @@ from climate.db.chunks import chunked
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Base, Event, Lease, Lock, Reservation, allocations_of, table_of
 from climate.db.types import among, as_utc
-from climate.domain.status import EVENT_ORDER, EventStatus, EventType, LeaseStatus, LeaseType
+from climate.domain.status import (
+    EVENT_ORDER,
+    EventStatus,
+    EventType,
+    LeaseStatus,
+    LeaseType,
+    ReservationStatus,
+)
 from climate.domain.views import LeaseView
 from climate.errors import Conflict
 
@@ -517,6 +524,23 @@ _QUEUE_WAITS = (
     .where(_LEASES.status == LeaseStatus.IN_PROGRESS, _LEASES.deleted_at.is_(None))
     .limit(1)
 )
+
+
+_RESERVATIONS = table_of(Reservation).c
+_ENDED_RESERVATION = (
+    select(_RESERVATIONS.id)
+    .where(
+        _RESERVATIONS.lease_id == bindparam("lease_id"),
+        _RESERVATIONS.status == ReservationStatus.DELETED,
+    )
+    .limit(1)
+)
+
+
+def has_ended_reservation(session: Session, lease_id: str) -> bool:
+    """Whether a reservation of the lease has ended (status ``deleted``), whatever the lease's
+    project: only such a one can still keep what it held (``end_policy`` keep-until-ack)."""
+    return bool(raw.rows(session, _ENDED_RESERVATION, {"lease_id": lease_id}))
 
 
 def queue_waits(session: Session) -> bool:

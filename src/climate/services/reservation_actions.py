@@ -139,15 +139,18 @@ class ReservationActionService:
         :raises BackendError: the backend failed to discard or did not answer in time; the
             lease is not deleted, and the call may be repeated.
         """
+        kept: list[Handover] = []
         with self.ctx.db.reader() as session:
-            # Most leases keep nothing: their allocations and events are not read here.
-            lease = self._lease(session, DISCARD, actor, lease_id, whole=False)
-            now = self.ctx.clock.now()
-            kept = [
-                self.ctx.handover(lease, r, now)
-                for r in lease.reservations
-                if DISCARD.refusal(r) is None
-            ]
+            # Only an ended reservation keeps anything. A lease without one, most leases, is
+            # not read here: ``cancel`` finds it and applies the same rule alone.
+            if lease_rows.has_ended_reservation(session, lease_id):
+                lease = self._lease(session, DISCARD, actor, lease_id, whole=False)
+                now = self.ctx.clock.now()
+                kept = [
+                    self.ctx.handover(lease, r, now)
+                    for r in lease.reservations
+                    if DISCARD.refusal(r) is None
+                ]
         for handover in kept:
             self._remote(DISCARD, handover)
         now = self.ctx.clock.now()

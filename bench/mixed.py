@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.mixed_client import WEIGHTS
 from bench.scenarios import RSS_GOAL_MB, create_hosts
@@ -99,6 +100,42 @@ def _db_mb(server: RunningServer) -> float | None:
     return None if row is None else int(row[0]) / 1e6
 
 
+RouteCounts = dict[str, tuple[float, float]]
+"""Per route (``METHOD /template``): worker CPU seconds and requests, since the server began."""
+
+
+def _route_counts(server: RunningServer) -> RouteCounts | None:
+    """The server's ``climate_http_route_cpu_seconds`` and requests by route (None: a server
+    that does not count them, as the baseline's)."""
+    try:
+        text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return None
+    cpu: dict[str, float] = {}
+    requests: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = f"{sample.labels.get('method')} {sample.labels.get('route')}"
+            if sample.name == "climate_http_route_cpu_seconds_total":
+                cpu[key] = sample.value
+            elif sample.name == "climate_http_requests_total":
+                requests[key] += sample.value
+    return {key: (seconds, requests[key]) for key, seconds in cpu.items()} or None
+
+
+def _route_costs(before: RouteCounts | None, after: RouteCounts | None) -> dict[str, Any]:
+    """Per route that answered between two scrapes: requests, and worker CPU ms per request."""
+    if before is None or after is None:
+        return {}
+    costs = {}
+    for key, (seconds, requests) in after.items():
+        old_seconds, old_requests = before.get(key, (0.0, 0.0))
+        if requests > old_requests:
+            cpu_ms = (seconds - old_seconds) * 1000.0 / (requests - old_requests)
+            costs[key] = {"requests": int(requests - old_requests), "cpu_ms": cpu_ms}
+    return costs
+
+
 def _sample(server: RunningServer, at: float) -> Sample:
     return Sample(at, rss_mb(server.pid), cpu_seconds(server.pid), _db_mb(server))
 
@@ -150,6 +187,12 @@ def run_mixed(
             "--out",
             str(out),
         ]
+        # The routes' counts at the start, after the first EDGE_SECONDS, EDGE_SECONDS before
+        # the end and at the end: what a request of each route cost in the first and last.
+        edges = [EDGE_SECONDS, config.seconds - EDGE_SECONDS]
+        if config.seconds < 2 * EDGE_SECONDS:
+            edges = []  # the two windows would overlap
+        scrapes = [_route_counts(server)]
         with around_load(server):
             began = time.time()
             samples = [_sample(server, 0.0)]
@@ -159,15 +202,25 @@ def run_mixed(
                 while proc.poll() is None:
                     time.sleep(1.0)
                     samples.append(_sample(server, time.time() - began))
+                    if edges and time.time() - began >= edges[0]:
+                        edges.pop(0)
+                        scrapes.append(_route_counts(server))
             if proc.returncode != 0:
                 raise RuntimeError(f"the load client exited with {proc.returncode}")
+        scrapes.append(_route_counts(server))
         load = json.loads(out.read_text())
         leases = _lease_count(server)
         peak = rss_mb(server.pid, "VmHWM")
     # Time 0 is when the client's threads began; the samples move onto its clock.
     shift = load["started_epoch"] - began
     samples = [Sample(s.at - shift, s.rss_mb, s.cpu_seconds, s.db_mb) for s in samples]
-    return analyse(config, hosts, load, samples, leases, peak)
+    result = analyse(config, hosts, load, samples, leases, peak)
+    if len(scrapes) == 4:  # a run long enough for both edges
+        result["route_cpu"] = {
+            "first": _route_costs(scrapes[0], scrapes[1]),
+            "last": _route_costs(scrapes[2], scrapes[3]),
+        }
+    return result
 
 
 def run_mixed_against(
@@ -478,6 +531,7 @@ def print_mixed(result: dict[str, Any]) -> None:
             indent="    ",
         )
     )
+    _print_route_cpu(result.get("route_cpu"))
     print()
     print(
         table(
@@ -485,5 +539,38 @@ def print_mixed(result: dict[str, Any]) -> None:
             [t.row() for t in mixed_targets(result)],
             indent="    ",
             align="lrrll",
+        )
+    )
+
+
+def _print_route_cpu(route_cpu: dict[str, Any] | None) -> None:
+    if not route_cpu or not (route_cpu["first"] or route_cpu["last"]):
+        return
+    first, last = route_cpu["first"], route_cpu["last"]
+    print()
+    print(
+        f"  server CPU per request by route, first and last {EDGE_SECONDS:g} s (the worker "
+        "thread running the handler: climate_http_route_cpu_seconds_total)"
+    )
+    rows = []
+    for key in sorted(set(first) | set(last), key=lambda k: -last.get(k, {}).get("requests", 0)):
+        a, b = first.get(key), last.get(key)
+        growth = b["cpu_ms"] / a["cpu_ms"] if a and b and a["cpu_ms"] else None
+        rows.append(
+            [
+                key,
+                a["requests"] if a else "-",
+                a["cpu_ms"] if a else "-",
+                b["requests"] if b else "-",
+                b["cpu_ms"] if b else "-",
+                "-" if growth is None else f"{growth:.2f}x",
+            ]
+        )
+    print(
+        table(
+            ("route", "n first", "ms first", "n last", "ms last", "last / first"),
+            rows,
+            indent="    ",
+            align="lrrrrr",
         )
     )

@@ -4,16 +4,26 @@ client in its own process, and the folding of a py-spy profile by package. Nothi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from bench.mixed import ROOT, MixedConfig, mixed_targets, run_mixed, run_mixed_against
+from bench.mixed import (
+    ROOT,
+    MixedConfig,
+    _route_costs,
+    _route_counts,
+    mixed_targets,
+    run_mixed,
+    run_mixed_against,
+)
 from bench.mixed_client import WEIGHTS
 from bench.profiling import read_collapsed
-from bench.server import checkout
+from bench.server import RunningServer, checkout
 
 from tests.conftest import LiveServer
 
@@ -38,6 +48,7 @@ def test_a_short_mixed_run_grows_the_database_and_reports_every_operation(worker
     assert result["server"]["rss_mb_end"] > 0
     assert result["server"]["cpu_seconds"] > 0
     assert len(result["slices"]) == 4
+    assert "route_cpu" not in result  # a run shorter than both edges
     completed = sum(s["requests_per_second"] * s["seconds"] for s in result["slices"])
     assert round(completed) == result["requests"]
     verdicts = {t.name: t.verdict for t in mixed_targets(result)}
@@ -59,6 +70,34 @@ def test_a_profile_counts_self_time_by_package(tmp_path: Path) -> None:
     shares = {e["package"]: e["samples"] for e in profile["self_by_package"]}
     assert shares == {"sqlalchemy": 5, "climate.planner": 3, "json": 2}
     assert profile["samples"] == 10
+
+
+def test_route_costs_are_worker_cpu_per_request_between_two_scrapes() -> None:
+    before = {"POST /v1/leases": (1.0, 100.0), "GET /v1/leases": (0.5, 10.0)}
+    after = {
+        "POST /v1/leases": (1.5, 300.0),
+        "GET /v1/leases": (0.5, 10.0),  # no request in between: not shown
+        "DELETE /v1/leases/{lease_id}": (0.2, 20.0),
+    }
+
+    assert _route_costs(before, after) == {
+        "POST /v1/leases": {"requests": 200, "cpu_ms": pytest.approx(2.5)},
+        "DELETE /v1/leases/{lease_id}": {"requests": 20, "cpu_ms": pytest.approx(10.0)},
+    }
+    assert _route_costs(None, after) == {}
+
+
+def test_route_counts_are_read_from_the_servers_metrics(live_sqlite: LiveServer) -> None:
+    server = RunningServer(live_sqlite.url, os.getpid(), "sqlite", "", None, Path())
+    before = _route_counts(server)
+    for _ in range(3):
+        assert httpx.get(f"{live_sqlite.url}/v1/leases").status_code == 200
+    after = _route_counts(server)
+
+    assert before is not None and after is not None
+    costs = _route_costs(before, after)
+    assert costs["GET /v1/leases"]["requests"] == 3
+    assert costs["GET /v1/leases"]["cpu_ms"] > 0
 
 
 def test_the_load_client_keeps_going_after_refusals(

@@ -103,6 +103,32 @@ def test_metrics_parse_and_counters_move_with_requests(live: LiveServer) -> None
     assert 0 <= _value(after, "climate_manager_heartbeat_age_seconds") < 5
 
 
+def test_each_blocking_route_counts_the_cpu_time_of_its_worker_thread(live: LiveServer) -> None:
+    url = live.url
+    assert httpx.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+    before = _samples(url)
+    began = time.perf_counter()
+    for i in range(20):
+        assert httpx.post(f"{url}/v1/leases", json=_lease(f"l{i}", 1)).status_code in (201, 409)
+    elapsed = time.perf_counter() - began
+    after = _samples(url)
+
+    def moved(**labels: str) -> float:
+        name = "climate_http_route_cpu_seconds_total"
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    # One request at a time: their handlers' CPU cannot add up to more than the time taken.
+    assert 0 < moved(route="/v1/leases", method="POST") < elapsed
+    assert moved(route="/v1/leases/{lease_id}", method="DELETE") == 0
+    counted = {
+        dict(labels)["route"]
+        for name, labels in after
+        if name == "climate_http_route_cpu_seconds_total"
+    }
+    assert {"/v1/leases", "/v1/leases/{lease_id}"} <= counted
+    assert not {"/metrics", "/healthz"} & counted  # handlers run on the event loop
+
+
 def test_event_lag_is_observed_by_the_manager(live: LiveServer) -> None:
     url = live.url
     assert httpx.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201

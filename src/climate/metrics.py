@@ -46,6 +46,12 @@ REQUEST_SECONDS = Histogram(
     ["route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+ROUTE_CPU_SECONDS = Counter(
+    "climate_http_route_cpu_seconds",
+    "CPU time of the worker thread running each blocking route handler (parsing the request "
+    "and writing the answer out, on the event loop, are not in it), by route template and method",
+    ["route", "method"],
+)
 REQUEST_QUEUE_SECONDS = Histogram(
     "climate_http_request_queue_seconds",
     "Time an HTTP request waited for one of its API process's slots (api/scheduling.py); "

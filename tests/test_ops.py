@@ -18,10 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
+from prometheus_client import REGISTRY
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from climate.api.app import create_app
+from climate.api.routes import include
 from climate.config import Settings
 from climate.db import managers, outbox
 from climate.db.engine import Database
@@ -127,6 +131,32 @@ def test_each_blocking_route_counts_the_cpu_time_of_its_worker_thread(live: Live
     }
     assert {"/v1/leases", "/v1/leases/{lease_id}"} <= counted
     assert not {"/metrics", "/healthz"} & counted  # handlers run on the event loop
+
+
+def test_a_router_put_on_two_apps_counts_its_handlers_cpu_once() -> None:
+    spent: list[float] = []
+    router = APIRouter()
+
+    @router.get("/burn-once")
+    def burn() -> dict[str, int]:
+        began = time.thread_time()
+        while time.thread_time() - began < 0.02:
+            pass
+        spent.append(time.thread_time() - began)
+        return {}
+
+    first, second = FastAPI(), FastAPI()
+    include(first, router)
+    include(second, router)  # the same route objects: a module's router is shared
+    labels = {"route": "/burn-once", "method": "GET"}
+    name = "climate_http_route_cpu_seconds_total"
+    before = REGISTRY.get_sample_value(name, labels) or 0.0
+    (route,) = second.router.routes[-1:]
+    assert isinstance(route, APIRoute) and route.dependant.call is not None
+    route.dependant.call()  # as FastAPI calls a blocking handler, on a worker thread
+    moved = (REGISTRY.get_sample_value(name, labels) or 0.0) - before
+
+    assert spent[0] <= moved < 1.5 * spent[0]
 
 
 def test_event_lag_is_observed_by_the_manager(live: LiveServer) -> None:

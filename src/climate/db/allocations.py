@@ -9,8 +9,23 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVarTuple
 
-from sqlalchemy import Insert, Select, Table, bindparam, case, delete, insert, select, text, update
+from sqlalchemy import (
+    Delete,
+    Insert,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    case,
+    delete,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql.elements import BindParameter
 
 from climate.db import change_feed, raw
 from climate.db.change_feed import ChangeFeed
@@ -128,15 +143,33 @@ def _insert_into(table: Table) -> Insert:
 
 def truncate(session: Session, model: Any, reservation_id: str, at: dt.datetime) -> None:
     """End the reservation's allocations in ``model``'s table at ``at`` (drop those that had
-    not begun)."""
-    session.execute(
-        delete(model).where(model.reservation_id == reservation_id, model.start_date >= at)
+    not begun). Two Core statements, each once: the ORM's bulk delete, then its load and flush of
+    each row ended, were a quarter of a deletion's time. The session's objects of those rows
+    follow: a row deleted leaves the session, a row ended shows its new end, unchanged for it."""
+    dropping, ending = _truncating(table_of(model))
+    window = [{"owner": reservation_id, "at": at}]
+    raw.write(session, dropping, window)  # flushes first, as Session.execute would
+    raw.write(session, ending, window)
+    for obj in list(session.identity_map.values()):
+        if not isinstance(obj, model):
+            continue
+        state = obj.__dict__
+        if state.get("reservation_id") != reservation_id or "start_date" not in state:
+            continue
+        if state["start_date"] >= at:
+            session.expunge(obj)
+        elif state.get("end_date", at) > at:
+            set_committed_value(obj, "end_date", at)
+
+
+@functools.cache
+def _truncating(table: Table) -> tuple[Delete, Update]:
+    at: BindParameter[dt.datetime] = bindparam("at")
+    mine = table.c.reservation_id == bindparam("owner")
+    return (
+        delete(table).where(mine, table.c.start_date >= at),
+        update(table).where(mine, table.c.end_date > at).values(end_date=at),
     )
-    for allocation in session.scalars(
-        select(model).where(model.reservation_id == reservation_id, model.end_date > at)
-    ):
-        allocation.end_date = at
-    session.flush()
 
 
 def record_changes(session: Session, version: int, reservation_ids: Iterable[str]) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.orm import Session
 
 from climate.db.chunks import chunked
@@ -50,27 +51,16 @@ class DatabaseWorld:
         return [o for o in self.spans(host, start, end) if o[2] != self.reservation_id]
 
     def holders(self, ids: Collection[str]) -> dict[str, Holder]:
-        """Each reservation's allocations, status and parameters: one query per chunk of ids."""
-        wanted = sorted(ids)
+        """Each reservation's allocations, status and parameters: one query per chunk of ids.
+
+        On the connection, with a statement built once: the ORM's execution and row loading,
+        and decoding the parameters again on every allocation row, were most of a refusal's
+        quick search (``planner.repack``). Only a pending holder's parameters are decoded."""
+        self.session.flush()  # as the ORM's execution would: the rows as this transaction has them
+        connection = self.session.connection()
         rows: dict[str, list[Any]] = {}
-        for chunk in chunked(wanted):
-            query = (
-                select(
-                    HostAllocation.reservation_id,
-                    HostAllocation.host_id,
-                    HostAllocation.lease_id,
-                    HostAllocation.start_date,
-                    HostAllocation.end_date,
-                    Lease.status,
-                    Lease.deleted_at,
-                    Reservation.status,
-                    Reservation.params,
-                )
-                .join(Reservation, Reservation.id == HostAllocation.reservation_id)
-                .join(Lease, Lease.id == HostAllocation.lease_id)
-                .where(HostAllocation.reservation_id.in_(chunk))
-            )
-            for row in self.session.execute(query):
+        for chunk in chunked(sorted(ids)):
+            for row in connection.execute(_HOLDERS, {"ids": chunk}):
                 rows.setdefault(row[0], []).append(row)
         found = {}
         for rid, group in rows.items():
@@ -88,11 +78,29 @@ class DatabaseWorld:
                 start=start,
                 end=end,
                 hosts=frozenset(r[1] for r in group),
-                eligible=self.eligible(params) if pending else frozenset(),
+                eligible=self.eligible(json.loads(params)) if pending else frozenset(),
                 pending=pending,
                 uniform=all((r[3], r[4]) == (start, end) for r in group),
             )
         return found
+
+
+_HOLDERS = (
+    select(
+        HostAllocation.reservation_id,
+        HostAllocation.host_id,
+        HostAllocation.lease_id,
+        HostAllocation.start_date,
+        HostAllocation.end_date,
+        Lease.status,
+        Lease.deleted_at,
+        Reservation.status,
+        cast(Reservation.params, Text),  # decoded only where needed, once a reservation
+    )
+    .join(Reservation, Reservation.id == HostAllocation.reservation_id)
+    .join(Lease, Lease.id == HostAllocation.lease_id)
+    .where(HostAllocation.reservation_id.in_(bindparam("ids", expanding=True)))
+)
 
 
 def hold_starts(session: Session, lease_ids: Collection[str]) -> set[str]:

@@ -369,7 +369,7 @@ def test_a_booking_a_calendar_missed_is_refused_by_the_database_and_judged_on_a_
     with caplog.at_level(logging.WARNING, "climate.db.calendar_cache"):
         with pytest.raises(NotEnoughCapacity) as refused:
             LeaseService(second).create(BOB, host_request("b", *window, resource_properties=IN_A))
-    assert str(refused.value).startswith("not enough hosts: 1 host(s) requested")
+    assert str(refused.value).startswith("Not enough hosts available: 1 host(s) requested")
     assert caplog.messages == ["hosts calendar missed a committed booking of [1]: loading it again"]
     assert _overlaps(first) == 0
     # The reloaded calendar shows the first lease's host from here on; the other host is free.

@@ -322,7 +322,7 @@ def test_lease_that_cannot_fit_is_refused(blazar: Blazar, api: httpx.Client) -> 
     too_many = blazar.fails(
         "lease-create", "--physical-reservation", "min=3,max=3", "--end-date", end, "too-big"
     )
-    assert "ERROR:" in too_many and "not enough hosts" in too_many
+    assert "ERROR:" in too_many and "Not enough hosts available" in too_many
     assert api.get("/v1/leases").json()["leases"] == []
 
 

@@ -249,7 +249,171 @@ CASES = [
             Step("PUT", "/os-hosts/{host}", {"k" * 70: "v"}),
         ],
     ),
-    Case("an unknown lease", [Step("GET", "/leases/no-such-lease", None, 404)]),
+    Case(
+        "an unknown lease",
+        [
+            Step(
+                "GET",
+                "/leases/no-such-lease",
+                None,
+                404,
+                "Object with {'lease_id': 'no-such-lease'} not found",
+            )
+        ],
+    ),
+    Case(
+        "an unknown host",
+        [
+            Step(
+                "GET", "/os-hosts/999999", None, 404, "Object with {'host_id': '999999'} not found"
+            ),
+            Step("PUT", "/os-hosts/999999", {"k": "v"}, 404, "Object with {'host_id': '999999'}"),
+            Step("DELETE", "/os-hosts/999999", None, 404, "Object with {'host_id': '999999'}"),
+        ],
+    ),
+    Case(
+        "a lease without start_date",
+        [Step("POST", "/leases", _lease("no-start", start_date=None), 400, "Missing parameter")],
+    ),
+    Case(
+        "a lease starting in the past",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("past-start", start_date=_at(-1)),
+                400,
+                "Start date must be later than current date",
+            )
+        ],
+    ),
+    Case(
+        "an empty end date",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("empty-end", end_date=""),
+                400,
+                " is an invalid date. Required format: %Y-%m-%d %H:%M",
+            )
+        ],
+    ),
+    Case(
+        "min and max of hosts out of order, zero, malformed, missing",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("range", reservations=[{**_host_reservation(), "min": 2, "max": 1}]),
+                400,
+                "Invalid values for min/max of hosts. Max must be equal to or larger than min.",
+            ),
+            Step(
+                "POST",
+                "/leases",
+                _lease("zero", reservations=[{**_host_reservation(), "min": 0}]),
+                400,
+                "Malformed parameter min and max (must be greater than or equal to 1)",
+            ),
+            Step(
+                "POST",
+                "/leases",
+                _lease("float", reservations=[{**_host_reservation(), "min": 1.5}]),
+                400,
+                "Malformed parameter min",
+            ),
+            Step(
+                "POST",
+                "/leases",
+                _lease("no-max", reservations=[{**_host_reservation(), "max": None}]),
+                400,
+                "Missing parameter max",
+            ),
+        ],
+    ),
+    Case(
+        "malformed resource_properties",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease(
+                    "bad-filter",
+                    reservations=[{**_host_reservation(), "resource_properties": "not json"}],
+                ),
+                400,
+                "Malformed requirements not json",
+            )
+        ],
+    ),
+    Case(
+        "before_end actions of a host reservation",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("snap", reservations=[{**_host_reservation(), "before_end": "snapshot"}]),
+                201,
+            ),
+            Step("DELETE", "/leases/{lease}", None, 204),
+            Step(
+                "POST",
+                "/leases",
+                _lease("bogus-be", reservations=[{**_host_reservation(), "before_end": "bogus"}]),
+                400,
+                "Malformed parameter before_end",
+            ),
+        ],
+    ),
+    Case(
+        "before_end_date outside the lease, then at its edge",
+        [
+            Step(
+                "POST",
+                "/leases",
+                _lease("late-warning", before_end_date=_at(32)),
+                403,
+                "Datetime is out of lease limits",
+            ),
+            Step(
+                "POST",
+                "/leases",
+                _lease("edge-warning", before_end_date=_at(31)),
+                403,
+                "Datetime is out of lease limits",
+            ),
+        ],
+    ),
+    Case(
+        "updates: empty, an unknown reservation, one without its id, an empty end",
+        [
+            Step("POST", "/leases", _lease("updated"), 201),
+            Step("PUT", "/leases/{lease}", {}),
+            Step(
+                "PUT",
+                "/leases/{lease}",
+                {"reservations": [{"id": "nope", "min": 1, "max": 1}]},
+                400,
+                "Please enter valid reservation IDs. Invalid reservation IDs are: nope",
+            ),
+            Step(
+                "PUT",
+                "/leases/{lease}",
+                {"reservations": [{"min": 1, "max": 1}]},
+                400,
+                "Missing parameter reservation ID",
+            ),
+            Step(
+                "PUT",
+                "/leases/{lease}",
+                {"end_date": ""},
+                400,
+                " is an invalid date. Required format: %Y-%m-%d %H:%M",
+            ),
+            Step("DELETE", "/leases/{lease}", None, 204),
+        ],
+    ),
 ]
 
 

@@ -26,7 +26,7 @@ from climate.db.engine import ADMISSION_LOCK, Database, retry_transient
 from climate.db.leases import DueEvent
 from climate.db.tables import Assignment, Lease
 from climate.domain.clock import ManualClock
-from climate.errors import Conflict, NotEnoughCapacity
+from climate.errors import InvalidInput, NotEnoughCapacity
 from climate.manager.service import Manager
 from climate.runtime import build_context
 from climate.services.context import ServiceContext
@@ -342,7 +342,7 @@ def test_a_lease_whose_start_a_manager_claimed_cannot_be_moved_to_a_later_start(
         with _claiming(pg_ctx, manager) as due:
             moving = pool.submit(leases.update, ALICE, lease.id, later)
             _wait_for_a_lock_wait(pg_ctx.db)
-        with pytest.raises(Conflict, match="start_date: lease .* has already started"):
+        with pytest.raises(InvalidInput, match="Cannot modify the start date of already started"):
             moving.result(timeout=30)
     manager._execute(due)
     shown = leases.get(ALICE, lease.id)

@@ -158,7 +158,7 @@ def test_a_dry_run_of_a_waiting_type_that_does_not_fit_answers_where_it_would_wa
 
     assert behind.lease.status == "IN_PROGRESS"
     assert behind.lease.status_reason is not None
-    assert behind.lease.status_reason.startswith("not enough hosts")
+    assert behind.lease.status_reason.startswith("Not enough hosts available")
     assert hosts_of(behind.lease) == set()
     assert (behind.queue_position, ahead.queue_position) == (2, 1)
     assert everything(ctx) == before
@@ -222,5 +222,5 @@ def test_dry_run_of_a_retry_lease_over_http_answers_its_place_in_the_queue(
         assert answer.json()["dry_run"] is True
         lease = answer.json()["lease"]
         assert (lease["status"], lease["queue_position"]) == ("IN_PROGRESS", 1)
-        assert lease["status_reason"].startswith("not enough hosts")
+        assert lease["status_reason"].startswith("Not enough hosts available")
         assert http.get("/v1/leases", headers=MEMBER).json()["leases"] == []

@@ -271,5 +271,5 @@ def test_the_cli_creates_flexible_leases_dry_runs_and_prints_offers(
         main(["lease", "create", "second", *fixed, *url])
 
     message = str(refused.value)
-    assert message.startswith("error (409): not enough hosts")
+    assert message.startswith("error (409): Not enough hosts available")
     assert f"later_start: --start '{fmt(START + 2 * HOUR)}'" in message

@@ -416,7 +416,9 @@ def test_the_heartbeat_route(live_lease: tuple[str, str]) -> None:
     bob = {"X-Project-Id": "project-b", "X-User-Id": "bob", "X-Roles": "member"}
     hidden = httpx.post(path, headers=bob)
     assert hidden.status_code == 404
-    assert hidden.json()["error_message"] == f"Lease {lease_id} could not be found"
+    assert hidden.json()["error_message"] == (
+        f"Lease {lease_id} could not be found (Object with {{'lease_id': '{lease_id}'}} not found)"
+    )
     reader = {"X-Project-Id": "project-a", "X-User-Id": "rita", "X-Roles": "reader"}
     refused = httpx.post(path, headers=reader)
     assert refused.status_code == 403

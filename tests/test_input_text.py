@@ -48,7 +48,10 @@ def test_a_boolean_where_an_integer_is_required_is_called_a_boolean(live: LiveSe
         for field in ("min", "max"):
             response = http.post("/v1/leases", json=_lease("l", **{field: True}))
             assert_error(
-                response, 400, f"reservations[0].{field}: is a boolean (true) where an integer"
+                response,
+                400,
+                f"reservations[0].{field}: Malformed parameter {field} (is a boolean (true) where "
+                "an integer",
             )
 
 

@@ -115,8 +115,8 @@ def test_not_enough_floating_ips_says_how_many_match_and_are_free(
 @pytest.mark.parametrize(
     ("fields", "field", "problem"),
     [
-        ({"network_id": NET, "amount": 0}, "reservations[0].amount", "at least 1"),
-        ({"network_id": NET, "amount": -2}, "reservations[0].amount", "at least 1"),
+        ({"network_id": NET, "amount": 0}, "reservations[0].amount", "must be >= 1"),
+        ({"network_id": NET, "amount": -2}, "reservations[0].amount", "must be >= 1"),
         ({"amount": 1}, "reservations[0].network_id", "required"),
         (
             {"network_id": NET, "amount": 2, "required_floatingips": ["172.24.4.10"] * 2},

@@ -112,7 +112,7 @@ def test_a_lease_holds_one_of_every_type_and_shows_their_fields(live: LiveServer
         assert refused.json()["error_message"].startswith("size_gb: 2 x 60 GB = 120 GB")
         full = http.post("/leases", json={**body, "name": "again"})
         assert full.status_code == 409
-        assert "not enough" in full.json()["error_message"]
+        assert "Not enough" in full.json()["error_message"]
         # The refusal left nothing behind: one lease, and each device or address held once.
         assert len(http.get("/leases").json()["leases"]) == 1
         held = http.get("/devices/allocations").json()["allocations"]

@@ -40,7 +40,7 @@ def test_extending_into_another_lease_is_refused_and_nothing_changes(
     first = leases.create(ALICE, host_request("first", T0 + HOUR, T0 + 2 * HOUR))
     leases.create(BOB, host_request("second", T0 + 3 * HOUR, T0 + 4 * HOUR))
     before = _snapshot(leases, first.id)
-    with pytest.raises(NotEnoughCapacity, match="not enough hosts"):
+    with pytest.raises(NotEnoughCapacity, match="Not enough hosts available"):
         leases.update(ALICE, first.id, LeaseChanges(name="renamed", end=T0 + 3 * HOUR + HOUR / 2))
     assert _snapshot(leases, first.id) == before
 
@@ -67,14 +67,19 @@ def test_raising_max_takes_more_hosts_and_min_above_free_is_refused(
 ) -> None:
     add_hosts(hosts, 3)
     lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR, 1, 1))
+    rid = lease.reservations[0].id
     grown = leases.update(
-        ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"max": 3})])
+        ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"max": 3}, rid)])
     )
     assert len(hosts_of(grown)) == 3
     assert grown.reservations[0].params["max"] == 3
     with pytest.raises(InvalidInput, match="max"):
         leases.update(
-            ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"min": 4})])
+            ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"min": 4}, rid)])
+        )
+    with pytest.raises(InvalidInput, match="Missing parameter reservation ID"):
+        leases.update(
+            ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"max": 2})])
         )
 
 
@@ -86,7 +91,7 @@ def test_active_lease_can_be_extended_but_its_start_cannot_move(
     lease = leases.create(ALICE, host_request("l", T0, T0 + HOUR))
     manager.run_due()
     assert leases.get(ALICE, lease.id).status == "ACTIVE"
-    with pytest.raises(Conflict, match="already started"):
+    with pytest.raises(InvalidInput, match="Cannot modify the start date of already started"):
         leases.update(ALICE, lease.id, LeaseChanges(start=T0 + HOUR))
     longer = leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 3 * HOUR))
     assert longer.status == "ACTIVE"
@@ -188,15 +193,55 @@ def test_two_admissions_of_one_name_at_once_admit_one_and_refuse_the_other(
     assert [lease.name for lease in leases.list_all(ALICE)] == ["same"]
 
 
-def test_ended_lease_cannot_be_changed(
+def test_an_ended_lease_can_be_renamed_and_nothing_else(
     ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
 ) -> None:
     add_hosts(hosts, 1)
     lease = leases.create(ALICE, host_request("l", T0, T0 + HOUR))
     clock.set(T0 + HOUR)
     build_workers(ctx).manager.run_due()
-    with pytest.raises(Conflict, match="TERMINATED"):
-        leases.update(ALICE, lease.id, LeaseChanges(name="late"))
+    renamed = leases.update(ALICE, lease.id, LeaseChanges(name="late"))
+    assert (renamed.name, renamed.status, renamed.end_date) == ("late", "TERMINATED", T0 + HOUR)
+    with pytest.raises(InvalidInput, match="Terminated leases can only be renamed"):
+        leases.update(ALICE, lease.id, LeaseChanges(name="later", end=T0 + 3 * HOUR))
+    assert leases.get(ALICE, lease.id).name == "late"
+
+
+def test_an_empty_update_answers_the_lease_as_it_is(
+    hosts: HostService, leases: LeaseService
+) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR))
+    before = _snapshot(leases, lease.id)
+    assert leases.update(ALICE, lease.id, LeaseChanges()).id == lease.id
+    assert _snapshot(leases, lease.id) == before
+
+
+def test_a_started_lease_keeps_its_start_and_may_end_now(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 3 * HOUR))
+    clock.set(T0 + HOUR)
+    manager.run_due()
+    same = leases.update(ALICE, lease.id, LeaseChanges(start=T0, end=T0 + 4 * HOUR))
+    assert (same.start_date, same.end_date) == (T0, T0 + 4 * HOUR)  # its own start: no move
+    with pytest.raises(InvalidInput, match="Cannot modify the start date of already started"):
+        leases.update(ALICE, lease.id, LeaseChanges(start=T0 + 2 * HOUR))
+    with pytest.raises(InvalidInput, match="End date must be later than current and start date"):
+        leases.update(ALICE, lease.id, LeaseChanges(end=T0 + HOUR / 2))
+    ended = leases.update(ALICE, lease.id, LeaseChanges(end_now=True))
+    assert ended.end_date == T0 + HOUR
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "TERMINATED"
+
+
+def test_a_lease_not_started_cannot_end_now(hosts: HostService, leases: LeaseService) -> None:
+    add_hosts(hosts, 1)
+    lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR))
+    with pytest.raises(InvalidInput, match="End date must be later than current and start date"):
+        leases.update(ALICE, lease.id, LeaseChanges(end_now=True))
 
 
 def test_members_cannot_see_or_touch_other_projects_leases(

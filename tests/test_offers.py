@@ -318,7 +318,7 @@ def test_a_refused_lease_gets_blazars_error_with_reason_and_offers_and_one_call_
         body = response.json()
         assert body["error_code"] == 409
         assert body["error_name"] == 409
-        assert body["error_message"].startswith("not enough hosts: 1 host(s) requested")
+        assert body["error_message"].startswith("Not enough hosts available: 1 host(s) requested")
         for secret in (bob["id"], "bob-secret", "project-b", bob["reservations"][0]["id"]):
             assert secret not in response.text
         assert body["reason"]["reservations"][0]["busy"] == 2
@@ -383,7 +383,10 @@ def test_a_refused_extension_is_offered_updates_that_fit_without_its_own_hosts_i
             ALICE,
             lease.id,
             dataclasses.replace(
-                original, reservations=[ReservationRequest(None, {"min": 2, "max": 2})]
+                original,
+                reservations=[
+                    ReservationRequest(None, {"min": 2, "max": 2}, lease.reservations[0].id)
+                ],
             ),
         )
         assert (restored.start_date, restored.end_date) == (T0 + HOURS, T0 + 3 * HOURS)

@@ -141,7 +141,10 @@ def test_retry_and_force_end_are_refused_to_members_unknown_and_healthy_leases(
             assert refused.json()["error_name"] == 403
             unknown = HTTP.post(f"{live.url}/v1/leases/no-such-lease/{action}")
             assert unknown.status_code == 404
-            assert unknown.json()["error_message"] == "Lease no-such-lease could not be found"
+            assert unknown.json()["error_message"] == (
+                "Lease no-such-lease could not be found "
+                "(Object with {'lease_id': 'no-such-lease'} not found)"
+            )
         healthy = HTTP.post(f"{live.url}/v1/leases/{lease_id}/retry")
         assert healthy.status_code == 409
         assert healthy.json()["error_message"] == (

@@ -345,7 +345,8 @@ def test_refusal_without_busy_hosts_says_too_few_match() -> None:
 def test_refusal_with_no_matching_host_says_so() -> None:
     message = refusal(demand(10, 12, 1), [])
     assert message == (
-        "not enough hosts: 1 host(s) requested, but no reservable host matches the properties"
+        "Not enough hosts available: 1 host(s) requested, but no reservable host matches the "
+        "properties"
     )
 
 

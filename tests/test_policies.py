@@ -254,7 +254,10 @@ def test_another_projects_reservation_or_an_unknown_one_is_not_found(
     status_becomes(http, lease["id"], "ACTIVE")
     for action in ("start", "acknowledge"):
         foreign = act(http, action, lease["id"], reservation["id"], 404, headers=BOB)
-        assert foreign["error_message"] == f"Lease {lease['id']} could not be found"
+        assert foreign["error_message"] == (
+            f"Lease {lease['id']} could not be found (Object with {{'lease_id': '{lease['id']}'}} "
+            "not found)"
+        )
         unknown = act(http, action, lease["id"], "nope", 404)
         assert unknown["error_message"] == "Reservation nope could not be found"
     assert states(live, lease["id"])[reservation["id"]][2] == "held"

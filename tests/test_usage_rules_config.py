@@ -80,7 +80,7 @@ def test_rules_from_the_config_file(tmp_path: Path) -> None:
         ),
         (
             'kind = "concurrent"\nunit = "hosts"\nlimit = 1\nproperties = "[gpu"',
-            "properties: not valid JSON",
+            "properties: Malformed requirements [gpu (not valid JSON",
         ),
         (
             'kind = "concurrent"\nunit = "gpus"\nlimit = 1\nresource_type = "virtual:volume"',

@@ -103,9 +103,13 @@ def test_the_tightest_matching_pool_is_chosen(
 
 def test_bad_volume_requests_name_the_field(pools: VolumePoolService, leases: LeaseService) -> None:
     pools.create(ADMIN, {"name": "ssd", "capacity_gb": 100})
-    with pytest.raises(InvalidInput, match=r"^reservations\[0\].size_gb: must be at least 1"):
+    with pytest.raises(
+        InvalidInput, match=r"^reservations\[0\].size_gb: Malformed parameter size_gb must be >= 1 "
+    ):
         leases.create(ALICE, volume_lease("a", 0))
-    with pytest.raises(InvalidInput, match=r"^reservations\[0\].amount: must be at least 1"):
+    with pytest.raises(
+        InvalidInput, match=r"^reservations\[0\].amount: Malformed parameter amount must be >= 1"
+    ):
         leases.create(ALICE, volume_lease("a", 10, amount=-1))
     with pytest.raises(InvalidInput, match="^size_gb: 3 x 50 GB = 150 GB is more than"):
         leases.create(ALICE, volume_lease("a", 50, amount=3))

@@ -60,8 +60,14 @@ class NotFound(ClimateError):
     status = 404
     name = "NOT_FOUND"
 
-    def __init__(self, kind: str, ident: object) -> None:
-        super().__init__(f"{kind} {ident} could not be found")
+    def __init__(self, kind: str, ident: object, blazar_key: str | None = None) -> None:
+        """``blazar_key``: what Blazar's own 404 names the id by (``lease_id``, ``host_id``):
+        its text, ``Object with {'host_id': '7'} not found``, follows ours, for the scripts
+        that read it."""
+        message = f"{kind} {ident} could not be found"
+        if blazar_key is not None:
+            message += f" (Object with { ({blazar_key: str(ident)}) } not found)"
+        super().__init__(message)
 
 
 class Conflict(ClimateError):

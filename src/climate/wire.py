@@ -256,6 +256,7 @@ def host(row: Host) -> dict[str, Any]:
     body.update({c: getattr(row, c) for c in host_rows.HOST_COLUMNS})
     body.update(
         {
+            "availability_zone": "",  # Blazar's column; an extra property of that name shows
             # As Blazar shows it: false while the host is down; ``health`` says why.
             "reservable": row.reservable and row.health == "up",
             "status": row.status,

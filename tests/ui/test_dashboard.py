@@ -141,7 +141,7 @@ def test_take_a_counter_offer(browser: Browser, live_sqlite: LiveServer) -> None
     )
     page.click("#new-create")
     refusal = page.locator("#new-refusal")
-    expect(refusal).to_contain_text("not enough hosts")
+    expect(refusal).to_contain_text("Not enough hosts available")
     expect(refusal).to_contain_text("too_few_free")
     seen.shot("refusal-and-offers")
     page.click("#new-refusal button[data-kind=later_start]")

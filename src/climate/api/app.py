@@ -128,6 +128,9 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         version=__version__,
         summary="Reservations, Blazar v1 compatible",
         default_response_class=JSONResponse,
+        # As Blazar: /v1/leases/ is not /v1/leases (a 404, not a redirect a client may follow
+        # into a create or a delete).
+        redirect_slashes=False,
     )
     tokens = TokenService(ctx)
     kinds = item_kinds(ctx.resource_types)

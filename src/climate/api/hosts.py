@@ -84,12 +84,18 @@ def list_allocations(
     return Response(services.allocation_renders.body(found), media_type="application/json")
 
 
+def _asked(value: str) -> bool:
+    """Blazar takes any value of ``detail`` and ``all`` for yes (the CLI sends ``True``); a
+    plain no is taken for no here."""
+    return value.strip().lower() not in ("", "false", "0", "no", "off")
+
+
 @router.get("/properties", responses=answers(200, PropertyList, V1))
 def list_properties(
     services: ServicesDep, actor: ActorDep, detail: str = "False", all: str = "False"
 ) -> JSONResponse:
-    found = services.hosts.properties(actor, include_private=all.lower() == "true")
-    if detail.lower() == "true":
+    found = services.hosts.properties(actor, include_private=_asked(all))
+    if _asked(detail):
         body = [{"property": p.name, "private": p.private, "values": p.values} for p in found]
     else:
         body = [{"property": p.name} for p in found]

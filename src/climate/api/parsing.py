@@ -83,10 +83,16 @@ def check_text(value: object, where: str) -> None:
             check_text(item, f"{where}[{i}]")
 
 
+_REQUIRED = "%Y-%m-%d %H:%M (or ISO 8601; UTC without an offset)"
+"""Blazar's words for a date it cannot read, then the other form Climate reads."""
+
+
 def parse_date(field: str, value: object) -> dt.datetime:
     """Blazar's ``YYYY-MM-DD HH:MM`` (UTC) or ISO 8601; without an offset a date is UTC."""
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
         raise InvalidInput(field, f"expected a date like '2030-01-31 12:00', got {value!r}")
+    if not value.strip():
+        raise InvalidInput(field, f"{value} is an invalid date. Required format: {_REQUIRED}")
     parsed = _parse_utc(field, value, value.strip())
     if parsed >= LATEST:
         raise InvalidInput(field, f"{value!r} is too far ahead; dates must be before year 9000")
@@ -106,9 +112,7 @@ def _parse_utc(field: str, value: str, text: str) -> dt.datetime:
             except ValueError:
                 continue
         raise InvalidInput(
-            field,
-            f"{inputs.printable(value)} is an invalid date. Required format: %Y-%m-%d %H:%M "
-            "(or ISO 8601; UTC without an offset)",
+            field, f"{inputs.printable(value)} is an invalid date. Required format: {_REQUIRED}"
         ) from exc
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=dt.UTC)

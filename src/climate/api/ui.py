@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from pydantic_core import to_json
+from starlette.responses import RedirectResponse
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -122,4 +123,10 @@ def install(app: FastAPI, ctx: ServiceContext) -> None:
     """Serve the dashboard at /ui and the endpoints behind it."""
     app.state.timeline = TimelineService(ctx)
     routes.include(app, router)
+    # The API redirects no path to its slashed twin (Blazar answers 404), but the page's own.
+    app.add_route("/ui", _to_page, include_in_schema=False)  # Starlette's: not an API route
     app.mount("/ui", _PageHeaders(StaticFiles(directory=STATIC, html=True)), name="ui")
+
+
+async def _to_page(_request: Request) -> RedirectResponse:
+    return RedirectResponse("/ui/")

@@ -29,7 +29,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from climate.db import change_feed, raw
 from climate.db.change_feed import ChangeFeed
-from climate.db.tables import AllocationChange, Lease, Lock, built, new_id, table_of
+from climate.db.tables import AllocationChange, Lease, Lock, Reservation, built, new_id, table_of
 
 _Row = TypeVarTuple("_Row")
 CALENDAR_PRUNED = "calendar_pruned"
@@ -84,6 +84,17 @@ def leases_holding(
         .order_by(model.lease_id)
     )
     return [r[0] for r in rows]
+
+
+def params_holding(
+    session: Session, resource: InstrumentedAttribute[int], resource_id: int, since: dt.datetime
+) -> list[dict[str, Any]]:
+    """The parameters of the reservations with an allocation of ``resource_id`` that ends after
+    ``since``, one each; ``resource`` as for ``leases_holding``."""
+    model = resource.class_
+    holding = select(model.reservation_id).where(resource == resource_id, model.end_date > since)
+    query = select(Reservation.params).where(Reservation.id.in_(holding)).order_by(Reservation.id)
+    return [dict(row[0]) for row in session.execute(query)]
 
 
 def remove(

@@ -139,6 +139,11 @@ def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[s
     return allocation_rows.leases_holding(session, HostAllocation.host_id, host_id, since)
 
 
+def params_holding(session: Session, host_id: int, since: dt.datetime) -> list[dict[str, Any]]:
+    """The parameters of the whole-host reservations holding ``host_id`` after ``since``."""
+    return allocation_rows.params_holding(session, HostAllocation.host_id, host_id, since)
+
+
 @dataclass(frozen=True, slots=True)
 class HostRecord:
     """A reservable host as the planner sees it: id, name and every queryable property."""

@@ -127,6 +127,11 @@ def leases_holding(session: Session, host_id: int, since: dt.datetime) -> list[s
     return allocation_rows.leases_holding(session, InstanceAllocation.host_id, host_id, since)
 
 
+def params_holding(session: Session, host_id: int, since: dt.datetime) -> list[dict[str, Any]]:
+    """The parameters of the instance reservations with a slot on ``host_id`` after ``since``."""
+    return allocation_rows.params_holding(session, InstanceAllocation.host_id, host_id, since)
+
+
 def remove_for_host(session: Session, host_id: int) -> None:
     """Forget a deleted host's (past) instance allocations."""
     session.execute(delete(InstanceAllocation).where(InstanceAllocation.host_id == host_id))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from climate.domain.formats import duration
 from climate.domain.status import EventType, LeaseType
-from climate.errors import InvalidInput
+from climate.errors import Forbidden, InvalidInput
 
 START_TOLERANCE = dt.timedelta(seconds=60)
 """A start given as a date may lag the clock by this much (a client rounding "now" to the
@@ -26,7 +26,9 @@ def check_start(start: dt.datetime | None, now: dt.datetime) -> dt.datetime:
         return now
     if start < now - START_TOLERANCE:
         raise InvalidInput(
-            "start_date", f"{start.isoformat()} is in the past; use 'now' or a future date"
+            "start_date",
+            f"Start date must be later than current date ({start.isoformat()} is in the past; "
+            "use 'now' or a future date)",
         )
     return start
 
@@ -58,8 +60,12 @@ def before_end(
             )
         return end - offset
     if given is not None:
-        if not start <= given <= end:
-            raise InvalidInput("before_end_date", "must lie between start_date and end_date")
+        if not start < given < end:
+            # Blazar's refusal, a 403 (its NotAuthorized), for an instant not inside the lease.
+            raise Forbidden(
+                "before_end_date: Datetime is out of lease limits (it must lie after start_date "
+                "and before end_date)"
+            )
         return given
     return max(end - default, start)
 

@@ -67,11 +67,35 @@ class LeaseChanges:
     start: dt.datetime | None = None
     start_now: bool = False
     end: dt.datetime | None = None
+    end_now: bool = False
     before_end: dt.datetime | None = None
     reservations: Sequence[ReservationRequest] = field(default_factory=tuple)
     before_end_offset: dt.timedelta | None = None
     reminders: Sequence[dt.timedelta] | None = None
     """None: keep the reminders' offsets (they move with the end); a list replaces them."""
+
+    @property
+    def none(self) -> bool:
+        """Nothing to change (Blazar answers an empty update with the lease as it is)."""
+        return self.name is None and self.keeps_all_but_the_name
+
+    @property
+    def renames_only(self) -> bool:
+        """A new name and nothing else: Blazar renames a lease whatever its state."""
+        return self.name is not None and self.keeps_all_but_the_name
+
+    @property
+    def keeps_all_but_the_name(self) -> bool:
+        return (
+            self.start is None
+            and not self.start_now
+            and self.end is None
+            and not self.end_now
+            and self.before_end is None
+            and not self.reservations
+            and self.before_end_offset is None
+            and self.reminders is None
+        )
 
 
 class Conflicts(enum.StrEnum):

@@ -217,10 +217,12 @@ def _window(demand: HostDemand) -> str:
 def _refusal(demand: HostDemand, view: HostsView, free: int) -> str:
     wanted = f"{demand.min} host(s) requested"
     if not len(view):
-        return f"not enough hosts: {wanted}, but no reservable host matches the properties"
+        return (
+            f"Not enough hosts available: {wanted}, but no reservable host matches the properties"
+        )
     busy = len(view) - free
     message = (
-        f"not enough hosts: {wanted}, {len(view)} match the properties, "
+        f"Not enough hosts available: {wanted}, {len(view)} match the properties, "
         f"{free} free for the whole window {_window(demand)}"
     )
     if busy:

@@ -118,7 +118,8 @@ MATCH_ALL: Query = AllOf(())
 def parse_query(field: str, raw: object) -> Query:
     """Parse a query given as a JSON string or an already decoded list.
 
-    :raises MalformedQuery: naming ``field`` and what is wrong.
+    :raises MalformedQuery: naming ``field`` and what is wrong, after Blazar's words
+        (``Malformed requirements <what it could not read>``).
     """
     if raw is None or raw == "":
         return MATCH_ALL
@@ -126,47 +127,56 @@ def parse_query(field: str, raw: object) -> Query:
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise MalformedQuery(field, f"not valid JSON ({exc.msg} at {exc.pos})") from exc
+            raise _malformed(field, raw, f"not valid JSON ({exc.msg} at {exc.pos})") from exc
         except ValueError as exc:  # an integer literal longer than Python converts
-            raise MalformedQuery(field, f"not valid JSON ({exc})") from exc
+            raise _malformed(field, raw, f"not valid JSON ({exc})") from exc
         except RecursionError as exc:
-            raise MalformedQuery(field, f"nested deeper than {MAX_DEPTH} levels") from exc
+            raise _malformed(field, raw, f"nested deeper than {MAX_DEPTH} levels") from exc
     return _parse(field, raw, 0)
+
+
+def _malformed(field: str, node: object, problem: str) -> MalformedQuery:
+    """Blazar names the part it could not read as Python shows it (a text as it came)."""
+    shown = node if isinstance(node, str) else str(node)
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    return MalformedQuery(field, f"Malformed requirements {shown} ({problem})")
 
 
 def _parse(field: str, node: object, depth: int) -> Query:
     if depth > MAX_DEPTH:
-        raise MalformedQuery(field, f"nested deeper than {MAX_DEPTH} levels")
+        raise _malformed(field, node, f"nested deeper than {MAX_DEPTH} levels")
     if not isinstance(node, list):
-        raise MalformedQuery(field, f"expected a JSON list, got {json.dumps(node)}")
+        raise _malformed(field, node, f"expected a JSON list, got {json.dumps(node)}")
     if not node:
         return MATCH_ALL
     head = node[0]
     if head in ("and", "or"):
         if len(node) < 2:
-            raise MalformedQuery(field, f"'{head}' needs at least one operand")
+            raise _malformed(field, node, f"'{head}' needs at least one operand")
         parts = tuple(_parse(field, part, depth + 1) for part in node[1:])
         return AllOf(parts) if head == "and" else AnyOf(parts)
     if head == "not":
         if len(node) != 2:
-            raise MalformedQuery(field, "'not' takes exactly one operand")
+            raise _malformed(field, node, "'not' takes exactly one operand")
         return Not(_parse(field, node[1], depth + 1))
     if isinstance(head, str) and head in _OPS:
         if len(node) != 3:
-            raise MalformedQuery(
-                field, f"'{head}' takes a $property and a value: {json.dumps(node)}"
+            raise _malformed(
+                field, node, f"'{head}' takes a $property and a value: {json.dumps(node)}"
             )
         prop, value = node[1], node[2]
         if not isinstance(prop, str) or len(prop) < 2 or not prop.startswith("$"):
-            raise MalformedQuery(
-                field, f'expected a property like "$memory_mb", got {json.dumps(prop)}'
+            raise _malformed(
+                field, node, f'expected a property like "$memory_mb", got {json.dumps(prop)}'
             )
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise MalformedQuery(
-                field, f"the value compared with {prop} must be a string or number"
+            raise _malformed(
+                field, node, f"the value compared with {prop} must be a string or number"
             )
         return Comparison("==" if head == "=" else head, prop[1:], str(value))
-    raise MalformedQuery(
+    raise _malformed(
         field,
+        node,
         f"unknown operator {json.dumps(head)}; use and, or, not, ==, !=, <, <=, >, >=",
     )

@@ -36,7 +36,7 @@ class ResourceType(abc.ABC):
     """
 
     name: ClassVar[str]
-    before_end_actions: ClassVar[frozenset[str]] = frozenset({"default"})
+    before_end_actions: ClassVar[frozenset[str]] = frozenset({"", "default"})
     end_policies: ClassVar[frozenset[EndPolicy]] = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE})
     """The end policies that mean something for this type's resources."""
     acts_for_lessee: ClassVar[bool] = False
@@ -106,13 +106,30 @@ def in_request(index: int, bad: InvalidInput) -> InvalidInput:
     return InvalidInput(f"reservations[{index}].{bad.field}", problem)
 
 
-def int_field(raw: Mapping[str, Any], key: str, field: str, *, minimum: int) -> int:
+COUNT_TOO_SMALL = "Malformed parameter min and max (must be greater than or equal to 1)"
+INVALID_RANGE = "Invalid values for min/max of hosts. Max must be equal to or larger than min."
+"""Blazar's words for a count range's bounds (its host plugin's)."""
+
+
+def int_field(
+    raw: Mapping[str, Any], key: str, field: str, *, minimum: int, too_small: str = ""
+) -> int:
     """An integer from ``minimum`` to ``inputs.MAX_INT``, given as a number or an integer-like
-    string (the blazar CLI sends strings)."""
+    string (the blazar CLI sends strings). Refused in Blazar's words first (``Missing parameter
+    amount``, ``Malformed parameter amount``), or ``too_small``'s for one below ``minimum``."""
+    where = f"{field}.{key}"
     value = raw.get(key)
     if value is None:
-        raise InvalidInput(f"{field}.{key}", "required integer is missing")
-    return inputs.integer(f"{field}.{key}", value, minimum=minimum)
+        raise InvalidInput(where, f"Missing parameter {key} (a required integer)")
+    try:
+        number = inputs.integer(where, value, minimum=-inputs.MAX_INT)
+    except InvalidInput as exc:
+        problem = exc.message.removeprefix(f"{where}: ")
+        raise InvalidInput(where, f"Malformed parameter {key} ({problem})") from None
+    if number < minimum:
+        blazar = too_small or f"Malformed parameter {key} must be >= {minimum}"
+        raise InvalidInput(where, f"{blazar} (not {inputs.shown(value)})")
+    return number
 
 
 def reject_unknown(raw: Mapping[str, Any], allowed: frozenset[str], field: str) -> None:
@@ -134,11 +151,14 @@ def text_field(field_name: str, value: object) -> str:
 
 
 def before_end_field(actions: frozenset[str], merged: Mapping[str, Any], field_name: str) -> str:
-    before_end = merged.get("before_end") or "default"
+    """The action before the end: ``default`` when not given; kept as given, as Blazar keeps
+    it (its ``""`` stays ``""``)."""
+    before_end = merged.get("before_end", "default")
     if not isinstance(before_end, str) or before_end not in actions:
-        offered = ", ".join(sorted(actions))
+        offered = ", ".join(repr(a) for a in sorted(actions))
         raise InvalidInput(
-            f"{field_name}.before_end", f"must be one of {offered}, not {before_end!r}"
+            f"{field_name}.before_end",
+            f"Malformed parameter before_end (one of {offered}, not {inputs.shown(before_end)})",
         )
     return before_end
 

@@ -37,8 +37,11 @@ from climate.planner.hosts import HostDemand, HostsView, choose_hosts
 from climate.planner.query import parse_query
 from climate.planner.repack import Occupant, Repack, RepackDemand, Taken, plan
 from climate.resources.base import (
+    COUNT_TOO_SMALL,
+    INVALID_RANGE,
     POLICY_FIELDS,
     ResourceType,
+    before_end_field,
     int_field,
     policy_fields,
     reject_unknown,
@@ -169,7 +172,9 @@ HOLD_ATTEMPTS = 3
 class PhysicalHostType(ResourceType, WholeHosts):
     name = RESOURCE_TYPE
     books_per_resource = True
-    before_end_actions = frozenset({"default", "notification"})
+    # Blazar's ("" and "default" do nothing unless configured; "snapshot" images the servers),
+    # and Climate's "notification" (the notification alone).
+    before_end_actions = frozenset({"", "default", "snapshot", "notification"})
     end_policies = frozenset({EndPolicy.RELEASE, EndPolicy.DELETE, EndPolicy.SNAPSHOT})
     wire = WireFields(
         model="",
@@ -217,10 +222,10 @@ class PhysicalHostType(ResourceType, WholeHosts):
             low, _, high = str(merged.pop("count_range")).partition("-")
             merged.setdefault("min", low)
             merged.setdefault("max", high or low)
-        minimum = int_field(merged, "min", field, minimum=1)
-        maximum = int_field(merged, "max", field, minimum=1)
+        minimum = int_field(merged, "min", field, minimum=1, too_small=COUNT_TOO_SMALL)
+        maximum = int_field(merged, "max", field, minimum=1, too_small=COUNT_TOO_SMALL)
         if maximum < minimum:
-            raise InvalidInput(f"{field}.max", f"must be at least min ({minimum}), not {maximum}")
+            raise InvalidInput(f"{field}.max", f"{INVALID_RANGE} (min {minimum}, max {maximum})")
         params: dict[str, Any] = {"min": minimum, "max": maximum}
         for key in ("hypervisor_properties", "resource_properties"):
             value = merged.get(key) or ""
@@ -228,13 +233,7 @@ class PhysicalHostType(ResourceType, WholeHosts):
                 raise InvalidInput(f"{field}.{key}", "must be a JSON query string")
             parse_query(f"{field}.{key}", value)
             params[key] = value if isinstance(value, str) else json.dumps(value)
-        before_end = merged.get("before_end") or "default"
-        if not isinstance(before_end, str) or before_end not in self.before_end_actions:
-            offered = ", ".join(sorted(self.before_end_actions))
-            raise InvalidInput(
-                f"{field}.before_end", f"must be one of {offered}, not {before_end!r}"
-            )
-        params["before_end"] = before_end
+        params["before_end"] = before_end_field(self.before_end_actions, merged, field)
         params.update(policy_fields(self, merged, field))
         if flag_field(merged, "reclaim", field, default=False):
             params["reclaim"] = True  # stored only when asked: Blazar's shape stays as it was

@@ -79,7 +79,10 @@ def affinity_field(merged: Mapping[str, Any], field: str) -> bool | None:
         return False
     if text in NONE:
         return None
-    raise InvalidInput(f"{field}.affinity", f"must be true, false or null, not {value!r}")
+    raise InvalidInput(
+        f"{field}.affinity",
+        f"Malformed parameter affinity (must be a bool value or None), not {value!r}",
+    )
 
 
 def enforcement(reservation: ReservationView) -> dict[str, Any]:

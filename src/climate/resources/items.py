@@ -31,6 +31,8 @@ from climate.planner.availability import HostPlacer, HostRequest, SearchRange
 from climate.planner.calendar import HostSet
 from climate.planner.hosts import HostDemand, HostsView, choose_hosts
 from climate.resources.base import (
+    COUNT_TOO_SMALL,
+    INVALID_RANGE,
     POLICY_FIELDS,
     ResourceType,
     before_end_field,
@@ -120,6 +122,7 @@ FLOATING_IPS = Kind(
     model="FloatingIP",
     rules="blazar:floatingips",
     name_field="floating_ip_address",
+    held="Can't delete floating IP {id}. Floating IP id {id} is allocated by reservations.",
     check_name=_address,
     fields={
         "floating_network_id": NAME,
@@ -277,10 +280,10 @@ class DeviceType(ItemType):
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
         merged = merged_fields(raw, current, self.FIELDS, field)
-        minimum = int_field(merged, "min", field, minimum=1)
-        maximum = int_field(merged, "max", field, minimum=1)
+        minimum = int_field(merged, "min", field, minimum=1, too_small=COUNT_TOO_SMALL)
+        maximum = int_field(merged, "max", field, minimum=1, too_small=COUNT_TOO_SMALL)
         if maximum < minimum:
-            raise InvalidInput(f"{field}.max", f"must be at least min ({minimum}), not {maximum}")
+            raise InvalidInput(f"{field}.max", f"{INVALID_RANGE} (min {minimum}, max {maximum})")
         return {
             "min": minimum,
             "max": maximum,

@@ -45,6 +45,9 @@ class Kind:
     """A new item must name its pool."""
     required: tuple[str, ...] = ()
     """Extra properties every item of the kind must have."""
+    held: str = ""
+    """Blazar's words refusing to delete an item that reservations hold (``{id}``: the item's),
+    for a kind Blazar has; they begin the 409's message."""
     columns: tuple[str, ...] = field(init=False)
     """The fields that are not extra properties."""
 

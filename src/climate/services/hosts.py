@@ -21,7 +21,8 @@ from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
 from climate.domain.actor import Actor
-from climate.errors import BackendError, Conflict, InvalidInput, NotFound
+from climate.errors import BackendError, Conflict, InvalidInput, MalformedQuery, NotFound
+from climate.planner.query import parse_query
 from climate.resources.ratios import RATIOS, parse_ratio
 from climate.services import inventory
 from climate.services.inventory import MAX_INT as MAX_INT
@@ -129,12 +130,13 @@ class HostService:
 
     def update(self, actor: Actor, host_id: str, fields: Mapping[str, Any]) -> Host:
         self.ctx.policy.enforce(actor, "blazar:oshosts:put")
-        if not fields:
-            raise InvalidInput("body", "no values to update")
         columns, properties = _split(fields, creating=False)
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
-            host = _load(session, host_id)
+            host = _load(session, host_id)  # first, as Blazar: an unknown host is a 404
+            if not fields:
+                raise InvalidInput("body", "No data to update")
+            _refuse_changing_used(session, host, properties, now)
             for key, value in columns.items():
                 setattr(host, key, value)
             host_rows.set_properties(session, host, properties)
@@ -159,7 +161,11 @@ class HostService:
                     *instance_rows.leases_holding(session, host.id, now),
                 }
             )
-            inventory.refuse_if_held(f"host {host.id} ({host.hypervisor_hostname})", holders)
+            inventory.refuse_if_held(
+                f"host {host.id} ({host.hypervisor_hostname})",
+                holders,
+                f"Can't delete host {host.id}. The host is reserved.",
+            )
             inventory.audit(
                 session, now, actor, "host", "delete", host.id, {"name": host.hypervisor_hostname}
             )
@@ -304,6 +310,35 @@ def wake_queue(ctx: ServiceContext, session: Session, now: dt.datetime) -> None:
         ctx.events_changed(session, now)
 
 
+def _refuse_changing_used(
+    session: Session, host: Host, changes: Mapping[str, str | None], now: dt.datetime
+) -> None:
+    """As Blazar: an extra property the host already has cannot be changed or removed while a
+    reservation holding the host now or later asks for it in its ``resource_properties``; the
+    reservation's choice would no longer hold (one it does not ask for changes freely).
+
+    :raises Conflict: in Blazar's words, naming the properties.
+    """
+    had = {p.name for p in host.properties} & set(changes)
+    if not had:
+        return
+    asked: set[str] = set()
+    for params in [
+        *host_rows.params_holding(session, host.id, now),
+        *instance_rows.params_holding(session, host.id, now),
+    ]:
+        try:
+            asked |= parse_query("", params.get("resource_properties")).properties()
+        except MalformedQuery:  # stored before a stricter parser: it matches nothing anyway
+            continue
+    used = sorted(had & asked)
+    if used:
+        raise Conflict(
+            f"Can't add extracapabilities {used} to Host {host.id} (reservations holding it now "
+            "or later ask for them)"
+        )
+
+
 def load_host(session: Session, host_id: str) -> Host:
     """:raises NotFound: no host with that id."""
     return _load(session, host_id)
@@ -312,7 +347,7 @@ def load_host(session: Session, host_id: str) -> Host:
 def _load(session: Session, host_id: str) -> Host:
     host = _find(session, host_id)
     if host is None:
-        raise NotFound("Host", host_id)
+        raise NotFound("Host", host_id, "host_id")
     return host
 
 

@@ -133,7 +133,7 @@ class IdleService:
         ``rule`` allows the action on it (else Forbidden)."""
         lease = lease_rows.get(session, lease_id, project_id=self.ctx.policy.scope(actor))
         if lease is None:
-            raise NotFound("Lease", lease_id)
+            raise NotFound("Lease", lease_id, "lease_id")
         self.ctx.policy.enforce(
             actor, rule, {"project_id": lease.project_id, "user_id": lease.user_id}
         )

@@ -114,13 +114,13 @@ def page_of(
     )
 
 
-def refuse_if_held(what: str, holders: Sequence[str]) -> None:
+def refuse_if_held(what: str, holders: Sequence[str], blazar: str = "") -> None:
     """:raises ResourceInUse: leases ``holders`` have current or future allocations of
-    ``what`` (e.g. "host 3 (compute-0)"), so it cannot be deleted."""
+    ``what`` (e.g. "host 3 (compute-0)"), so it cannot be deleted; ``blazar``, Blazar's own
+    words for that refusal, come first."""
     if holders:
-        raise ResourceInUse(
-            f"{what} has current or future allocations in lease(s) {', '.join(holders)}"
-        )
+        said = f"{what} has current or future allocations in lease(s) {', '.join(holders)}"
+        raise ResourceInUse(f"{blazar} {said}" if blazar else said)
 
 
 def grouped(

@@ -110,7 +110,11 @@ class ItemService:
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
             item = self._load(session, item_id)
             holders = item_rows.leases_holding(session, item.id, now)
-            inventory.refuse_if_held(f"{self.kind.singular} {item.id} ({item.name})", holders)
+            inventory.refuse_if_held(
+                f"{self.kind.singular} {item.id} ({item.name})",
+                holders,
+                self.kind.held.format(id=item.id),
+            )
             detail = {self.kind.name_field: item.name}
             inventory.audit(session, now, actor, self.kind.kind, "delete", item.id, detail)
             item_rows.remove(session, item, session.info["lock_version"])
@@ -167,5 +171,6 @@ class ItemService:
     def _load(self, session: Session, item_id: str) -> Item:
         item = self._find(session, item_id)
         if item is None:
-            raise NotFound(self.kind.singular.capitalize(), item_id)
+            singular = self.kind.singular
+            raise NotFound(singular[0].upper() + singular[1:], item_id, f"{self.kind.key}_id")
         return item

@@ -150,7 +150,7 @@ class OperatorService:
         its outcome without looking again)."""
         lease = lease_rows.lock_lease(session, lease_id)
         if lease is None:
-            raise NotFound("Lease", lease_id)
+            raise NotFound("Lease", lease_id, "lease_id")
         for event in lease.events:
             if _running(event, now):
                 raise Conflict(

@@ -235,7 +235,7 @@ class ReservationActionService:
         scope = self.ctx.policy.scope(actor)
         lease = lease_rows.get(session, lease_id, project_id=scope, whole=whole)
         if lease is None:
-            raise NotFound("Lease", lease_id)
+            raise NotFound("Lease", lease_id, "lease_id")
         self.ctx.policy.enforce(
             actor, action.rule, {"project_id": lease.project_id, "user_id": lease.user_id}
         )

@@ -42,6 +42,9 @@ class Host(Extensible):
     memory_mb: int | None
     local_gb: int | None
     cpu_info: str | None
+    availability_zone: str = Field(
+        description="as Blazar shows it: empty, unless the host has the extra property"
+    )
     reservable: bool = Field(description="false while the host is down")
     status: str | None
     trust_id: str | None

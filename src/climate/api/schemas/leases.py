@@ -149,6 +149,21 @@ UpdateStart = Annotated[
 ]
 
 
+def _update_end(value: object) -> dt.datetime | Literal["now"] | None:
+    """As Blazar reads an update's end: ``now`` ends a running lease now; an empty text is
+    not a date."""
+    if value in ("now", None):
+        return "now" if value == "now" else None
+    return parsing.parse_date("end_date", value)
+
+
+UpdateEnd = Annotated[
+    dt.datetime | Literal["now"] | None,
+    PlainValidator(_update_end),
+    WithJsonSchema({"anyOf": [{"const": "now"}, REQUEST_DATE]}),
+]
+
+
 class Hold(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -209,7 +224,8 @@ class LeaseCreate(LeaseFields):
     @model_validator(mode="before")
     @classmethod
     def _one_window(cls, data: Any) -> Any:
-        """Blazar's ``Missing parameter end_date``; a flexible window is complete."""
+        """Blazar's ``Missing parameter name, start_date`` (a lease of a type that starts now
+        may leave its start out); a flexible window is complete."""
         if not isinstance(data, dict):
             return data
         if any(f in data for f in FLEXIBLE_FIELDS):
@@ -219,8 +235,16 @@ class LeaseCreate(LeaseFields):
             for required in ("latest_end", "duration"):
                 if data.get(required) is None:
                     raise InvalidInput(required, "required with a flexible window")
-        elif data.get("end_date") is None:
-            raise InvalidInput("end_date", "Missing parameter end_date")
+        else:
+            starts_now = data.get("lease_type", LeaseType.SCHEDULED) != LeaseType.SCHEDULED
+            fields = ("name", "end_date") if starts_now else ("name", "start_date", "end_date")
+            missing = [f for f in fields if data.get(f) is None]
+            if missing:
+                raise InvalidInput(missing[0], f"Missing parameter {', '.join(missing)}")
+            if data["end_date"] == "now":  # Blazar reads it as now: never after the start
+                raise InvalidInput(
+                    "end_date", "End date must be later than start date. (now is not after it)"
+                )
         if "hold" in data and "hold_minutes" in data:
             raise InvalidInput("hold_minutes", "give either hold or hold_minutes")
         return data
@@ -264,22 +288,17 @@ class LeaseUpdate(LeaseFields):
 
     name: str | None = Field(None, json_schema_extra=_NAME)
     start_date: UpdateStart = None
-    end_date: OptionalDate = None
+    end_date: UpdateEnd = None
     reservations: ChangedReservations = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _something(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data:
-            raise InvalidInput("body", "no values to update")
-        return data
-
     def changes(self) -> LeaseChanges:
+        """What to change; none at all for an empty body (Blazar answers with the lease)."""
         return LeaseChanges(
             name=self.name,
             start=None if self.start_date == "now" else self.start_date,
             start_now=self.start_date == "now",
-            end=self.end_date,
+            end=None if self.end_date == "now" else self.end_date,
+            end_now=self.end_date == "now",
             before_end=self.before_end_date,
             reservations=_reservations(self.reservations, creating=False),
             before_end_offset=self.before_end_offset,

@@ -106,7 +106,7 @@ class LeaseBase:
         scope = self.ctx.policy.scope(actor)
         lease = lease_rows.get(session, lease_id, project_id=scope, locked=locked)
         if lease is None:
-            raise NotFound("Lease", lease_id)
+            raise NotFound("Lease", lease_id, "lease_id")
         self.ctx.policy.enforce(
             actor, rule, {"project_id": lease.project_id, "user_id": lease.user_id}
         )

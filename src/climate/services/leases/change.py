@@ -50,11 +50,19 @@ class Changing(LeaseBase):
     def update(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
         """Change a lease; any new shape is re-admitted atomically or nothing changes.
 
-        :raises Conflict: the lease has ended, or its start moves after it began.
+        As Blazar: nothing to change answers the lease as it is; a new name alone is taken
+        whatever the lease's state.
+
+        :raises InvalidInput: the lease has ended (it can only be renamed), or its start moves
+            after it began.
+        :raises Conflict: the lease is in a state no change applies to (deleting, in error...).
         :raises AdmissionRefused: the new shape does not fit; the lease is left as it was. It
             carries the reason and counter-offers, each a body for this update
             (``offers.refuse_update``).
         """
+        if changes.none:
+            with self.ctx.db.reader() as session:
+                return self._load(session, actor, lease_id, "blazar:leases:put")
         now = self.ctx.clock.now()
         asked: list[Reshape] = []
         outcome = attempt(
@@ -107,8 +115,14 @@ class Changing(LeaseBase):
         it admits is added to ``asked`` first."""
         held = lease_rows.hold_waiting_events(session, lease_id)
         lease = self._load(session, actor, lease_id, "blazar:leases:put", locked=True)
+        if changes.renames_only:
+            return self._renamed(session, actor, lease, changes.name, now)
         before = window(lease)
         active = started(lease, held)
+        if lease.status == LeaseStatus.TERMINATED:
+            raise InvalidInput(
+                "body", f"Terminated leases can only be renamed (lease {lease.id} has ended)"
+            )
         if lease.status not in (LeaseStatus.PENDING, LeaseStatus.ACTIVE):
             raise Conflict(f"lease {lease.id} is {lease.status} and can no longer be changed")
         self._rename(session, lease, changes.name)
@@ -165,6 +179,19 @@ class Changing(LeaseBase):
             self.ctx.events_changed(session, min(waiting))
         return lease
 
+    def _renamed(
+        self, session: Session, actor: Actor, lease: Lease, name: str | None, now: dt.datetime
+    ) -> Lease:
+        """The lease with its new name alone, in any state (its window and resources stay)."""
+        old = lease.name
+        self._rename(session, lease, name)
+        if lease.name != old:
+            lease.updated_at = now
+            session.flush()
+            self._notify(session, "lease.update", lease, now)
+            record(session, now, actor, "lease.update", lease, {"name": [old, lease.name]})
+        return lease
+
     def _rename(self, session: Session, lease: Lease, name: str | None) -> None:
         if name is None or name == lease.name:
             return
@@ -179,14 +206,25 @@ class Changing(LeaseBase):
         """The lease's window after ``changes``: a running lease's start stays, its end must
         be in the future."""
         start, end = lease.start_date, lease.end_date
-        if changes.start is not None or changes.start_now:
-            if active:
-                raise Conflict(f"start_date: lease {lease.id} has already started")
+        moved = changes.start_now or changes.start not in (None, lease.start_date)
+        if moved and active:
+            raise InvalidInput(
+                "start_date",
+                "Cannot modify the start date of already started leases (lease "
+                f"{lease.id} started at {lease.start_date.isoformat()})",
+            )
+        if moved:
             start = lease_rules.check_start(None if changes.start_now else changes.start, now)
-        if changes.end is not None:
+        if changes.end_now:
+            end = now  # a running lease ends now, as Blazar reads "now"
+        elif changes.end is not None:
             end = changes.end
             if active and end <= now:
-                raise InvalidInput("end_date", "must be in the future for a running lease")
+                raise InvalidInput(
+                    "end_date",
+                    "End date must be later than current and start date (a running lease "
+                    "ends in the future, or now)",
+                )
         lease_rules.check_window(start, end, "End date must be later than current and start date")
         return start, end
 
@@ -273,23 +311,27 @@ class Changing(LeaseBase):
     def _match_reservations(
         self, lease: Lease, requested: Sequence[ReservationRequest]
     ) -> list[tuple[Reservation, dict[str, Any], str]]:
-        """Each requested change with its reservation and where it is in the request."""
+        """Each requested change with its reservation and where it is in the request: each
+        names its reservation by id, one of this lease's (Blazar's rules and words)."""
         by_id = {r.id: r for r in lease.reservations}
+        for i, req in enumerate(requested):
+            if req.id is None:
+                raise InvalidInput(
+                    f"reservations[{i}].id",
+                    "Missing parameter reservation ID (each reservation changed names its id; "
+                    f"the lease has {len(lease.reservations)})",
+                )
+        unknown = [(i, req.id) for i, req in enumerate(requested) if req.id not in by_id]
+        if unknown:
+            raise InvalidInput(
+                f"reservations[{unknown[0][0]}].id",
+                "Please enter valid reservation IDs. Invalid reservation IDs are: "
+                + ",".join(str(rid) for _, rid in unknown),
+            )
         edits: list[tuple[Reservation, dict[str, Any], str]] = []
         for i, req in enumerate(requested):
             field_name = f"reservations[{i}]"
-            if req.id is None:
-                if len(lease.reservations) != 1:
-                    raise InvalidInput(
-                        f"{field_name}.id",
-                        "Missing parameter reservation ID (the lease has "
-                        f"{len(lease.reservations)} reservations)",
-                    )
-                target = lease.reservations[0]
-            elif req.id not in by_id:
-                raise InvalidInput(f"{field_name}.id", f"no reservation {req.id} in this lease")
-            else:
-                target = by_id[req.id]
+            target = by_id[str(req.id)]
             if req.resource_type not in (None, target.resource_type):
                 raise InvalidInput(f"{field_name}.resource_type", "cannot be changed")
             edits.append((target, req.fields, field_name))

@@ -101,7 +101,7 @@ class Listing(LeaseBase):
                 return Shown(lease.id, None, places.get(lease.id), None, lease)
             found = lease_views.revision_of(session, lease_id, self.ctx.policy.scope(actor))
             if found is None:
-                raise NotFound("Lease", lease_id)
+                raise NotFound("Lease", lease_id, "lease_id")
             owners = {"project_id": found.project_id, "user_id": found.user_id}
             self.ctx.policy.enforce(actor, "blazar:leases:get", owners)
             place = _places(session, [found.status]).get(found.id)

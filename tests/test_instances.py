@@ -146,7 +146,9 @@ def test_running_instances_stay_where_they_are() -> None:
     hosts = [HostRoom(1, "a", Size(4, 4, 4)), HostRoom(2, "b", Size(8, 8, 8))]
     kept = InstanceDemand(T0, T0 + HOUR, 3, Size(1, 1, 1), None, keep={1: 2})
     assert place(kept, hosts) == {1: 3}
-    with pytest.raises(Conflict, match="^amount: the reservation runs 2 instances"):
+    with pytest.raises(
+        Conflict, match="^amount: Instance reservation doesn.t allow to reduce.*runs 2 instances"
+    ):
         place(InstanceDemand(T0, T0 + HOUR, 1, Size(1, 1, 1), None, keep={1: 2}), hosts)
 
 
@@ -350,13 +352,12 @@ def test_updates_change_amount_and_size_and_a_running_one_keeps_its_instances(
     ctx.clock.advance(dt.timedelta(seconds=1))  # type: ignore[attr-defined]
     assert manager.run_due() == 1
     before = placement(leases.get(ALICE, lease.id))
-    with pytest.raises(Conflict, match="^vcpus: a running instance reservation changes only"):
-        leases.update(
-            ALICE,
-            lease.id,
-            LeaseChanges(reservations=[ReservationRequest(None, {"vcpus": 1}, rid)]),
-        )
-    with pytest.raises(Conflict, match="^amount: the reservation runs"):
+    for change in ({"vcpus": 1}, {"affinity": True}, {"amount": 3, "resource_properties": ""}):
+        with pytest.raises(Conflict, match="An active reservation only accepts to update amount"):
+            leases.update(
+                ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, change, rid)])
+            )
+    with pytest.raises(Conflict, match="^amount: Instance reservation doesn't allow to reduce"):
         leases.update(
             ALICE,
             lease.id,

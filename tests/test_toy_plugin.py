@@ -187,7 +187,7 @@ def test_widgets_are_leased_until_none_is_free(live_widgets: LiveServer) -> None
 
         refused = http.post("/leases", json=lease("more", 1))
         assert refused.status_code == 409, refused.text
-        assert "not enough widgets on shelf top" in refused.json()["error_message"]
+        assert "Not enough widgets available on shelf top" in refused.json()["error_message"]
         assert http.delete(f"/widgets/{ids[0]}").status_code == 409
 
 

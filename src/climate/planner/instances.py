@@ -172,8 +172,9 @@ def place(demand: InstanceDemand, hosts: Sequence[HostRoom]) -> dict[int, int]:
     kept = sum(demand.keep.values())
     if demand.amount < kept:
         raise Conflict(
-            f"amount: the reservation runs {kept} instances, which cannot be given back "
-            f"({demand.amount} asked)"
+            "amount: Instance reservation doesn't allow to reduce/replace reserved instance "
+            f"slots when the reservation is in active status (it runs {kept} instances, "
+            f"{demand.amount} asked)"
         )
     if demand.affinity is True and len(demand.keep) > 1:
         raise Conflict("affinity: the reservation runs instances on several hosts already")

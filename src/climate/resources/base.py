@@ -54,6 +54,12 @@ class ResourceType(abc.ABC):
         most types need none."""
         return None
 
+    def check_running_change(self, raw: Mapping[str, Any], field: str) -> None:
+        """Refuse a change of fields ``raw`` that this type's running reservations do not take
+        (each type's ``admit`` checks what it can keep; this is for what it never takes). Most
+        types take any change their ``admit`` can keep."""
+        return None
+
     @abc.abstractmethod
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str

@@ -185,6 +185,16 @@ class InstanceType(ResourceType, SharedHosts):
             **({} if flag_field(merged, "movable", field, default=True) else {"movable": False}),
         }
 
+    def check_running_change(self, raw: Mapping[str, Any], field: str) -> None:
+        """As Blazar: a running instance reservation takes a new amount, nothing else (its
+        instances already run with their flavor, group and hosts); Climate's start and end
+        policies may change too (docs/policies.md)."""
+        other = sorted(set(raw) - {"amount", "resource_type"} - POLICY_FIELDS)
+        if other:
+            raise Conflict(
+                f"{field}.{other[0]}: An active reservation only accepts to update amount."
+            )
+
     def admit(
         self,
         session: Session,

@@ -65,7 +65,9 @@ def _address(field_name: str, value: object) -> str:
     try:
         return str(ipaddress.ip_address(str(value).strip()))
     except ValueError:
-        raise InvalidInput(field_name, f"must be an IP address, not {value!r}") from None
+        raise InvalidInput(
+            field_name, f"IP address {value} is invalid form. (must be an IP address)"
+        ) from None
 
 
 def _segment(field_name: str, value: object) -> str:
@@ -218,8 +220,8 @@ class ItemType(ResourceType, Items):
         if free < wanted.min:
             where = f" {wanted.where}" if wanted.where else ""
             raise NotEnoughCapacity(
-                f"not enough {self.kind.plural}{where}: {wanted.min} requested, {len(view)} "
-                f"match, {free} free for the whole window {window}"
+                f"Not enough {self.kind.plural} available{where}: {wanted.min} requested, "
+                f"{len(view)} match, {free} free for the whole window {window}"
             )
 
     @contextlib.contextmanager
@@ -369,7 +371,9 @@ class FloatingIPType(ItemType):
         merged = merged_fields(raw, current, self.FIELDS, field)
         merged.setdefault("amount", 1)
         if merged.get("network_id") is None:
-            raise InvalidInput(f"{field}.network_id", "required: the floating IPs' network")
+            raise InvalidInput(
+                f"{field}.network_id", "Missing parameter network_id (the floating IPs' network)"
+            )
         network = text_field(f"{field}.network_id", merged["network_id"])
         amount = int_field(merged, "amount", field, minimum=1)
         required = merged.get("required_floatingips") or []
@@ -384,7 +388,10 @@ class FloatingIPType(ItemType):
             raise InvalidInput(where, f"lists {', '.join(duplicates)} more than once")
         if len(addresses) > amount:
             raise InvalidInput(
-                where, f"lists {len(addresses)} addresses, more than amount ({amount})"
+                where,
+                "Invalid values for required_floatingips and amount. The amount must be equal to "
+                f"or longer than length of required_floatingips. ({len(addresses)} addresses, "
+                f"amount {amount})",
             )
         return {
             "network_id": network,
@@ -406,7 +413,8 @@ class FloatingIPType(ItemType):
         if outside:
             raise InvalidInput(
                 "required_floatingips",
-                f"{', '.join(outside)} not among the reservable floating IPs of network {network}",
+                f"Not enough floating IPs available: {', '.join(outside)} not among the "
+                f"reservable floating IPs of network {network}",
             )
         required = frozenset(int(by_address[a]) for a in params["required_floatingips"])
         return ItemDemand(

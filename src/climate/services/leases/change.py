@@ -130,9 +130,10 @@ class Changing(LeaseBase):
         reshaped = (start, end) != (lease.start_date, lease.end_date)
         edits = self._match_reservations(lease, changes.reservations)
         for reservation, raw, where in edits:
-            reservation.params = self.ctx.resource_types[reservation.resource_type].validate(
-                raw, reservation.params, where
-            )
+            kind = self.ctx.resource_types[reservation.resource_type]
+            if active:
+                kind.check_running_change(raw, where)
+            reservation.params = kind.validate(raw, reservation.params, where)
         if reshaped or edits:
             live = [
                 r

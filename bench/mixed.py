@@ -108,9 +108,12 @@ def _route_counts(server: RunningServer) -> RouteCounts | None:
     """The server's ``climate_http_route_cpu_seconds`` and requests by route (None: a server
     that does not count them, as the baseline's)."""
     try:
-        text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+        response = httpx.get(f"{server.base_url}/metrics", timeout=30)
     except httpx.HTTPError:
         return None
+    if response.status_code != 200:  # bc8738b, the throughput baseline, has no /metrics
+        return None
+    text = response.text
     cpu: dict[str, float] = {}
     requests: Counter[str] = Counter()
     for family in text_string_to_metric_families(text):

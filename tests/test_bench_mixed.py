@@ -100,6 +100,13 @@ def test_route_counts_are_read_from_the_servers_metrics(live_sqlite: LiveServer)
     assert costs["GET /v1/leases"]["cpu_ms"] > 0
 
 
+def test_a_server_without_metrics_counts_no_routes(live_sqlite: LiveServer) -> None:
+    """The throughput baseline (bc8738b) answers /metrics with a 404 body, not the format."""
+    server = RunningServer(f"{live_sqlite.url}/nowhere", os.getpid(), "sqlite", "", None, Path())
+    assert httpx.get(f"{server.base_url}/metrics").status_code == 404
+    assert _route_counts(server) is None
+
+
 def test_the_load_client_keeps_going_after_refusals(
     live_sqlite: LiveServer, tmp_path: Path
 ) -> None:

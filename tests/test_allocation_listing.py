@@ -72,8 +72,17 @@ def instances(name: str, start: dt.datetime, end: dt.datetime, size: int) -> Lea
     )
 
 
+def either(name: str, start: dt.datetime, end: dt.datetime, size: int) -> LeaseRequest:
+    """Whole hosts for an even lease number, instances for an odd one."""
+    if int(name.removeprefix("l")) % 2:
+        return instances(name, start, end, size)
+    return host_request(name, start, end, size)
+
+
 HOSTS = Table("hosts", lambda n, s, e, size: host_request(n, s, e, size), HostService)
 INSTANCES = Table("instances", instances, InstanceAllocationService, ("count",))
+HOSTS_AND_SLOTS = Table("hosts-and-slots", either, HostService)
+"""Blazar's host allocations also show each instance slot on the host."""
 HOST_SIZE = {"vcpus": 8, "memory_mb": 8192, "local_gb": 100}
 
 
@@ -141,6 +150,24 @@ def test_an_allocation_leaves_the_listing_once_it_has_ended(two: Two) -> None:
     assert kept(renders, hosts, ADMIN) == fresh(hosts, ADMIN)
 
 
+def test_host_allocations_show_each_instance_slot_as_blazar_does(
+    sqlite_url: str, clock: ManualClock
+) -> None:
+    db = Database(sqlite_url)
+    ctx = build_context(load_settings(env={}), db, clock)
+    hosts, leases = HostService(ctx), LeaseService(ctx)
+    (host,) = [hosts.create(ADMIN, "node-1", dict(HOST_SIZE)).id]
+    slots = leases.create(ALICE, instances("vms", T0 + HOUR, T0 + 2 * HOUR, 2))
+    whole = leases.create(ALICE, host_request("whole", T0 + 3 * HOUR, T0 + 4 * HOUR))
+    for found in (hosts.allocations(ADMIN), hosts.allocations(ADMIN, end=FAR)):
+        listed = next(h for h in found if h.host_id == host)
+        assert [r.lease_id for r in listed.reservations] == [slots.id, slots.id, whole.id]
+    shown = AllocationRenders().body(hosts.allocations(ADMIN, host_id=str(host)))
+    assert shown.count(slots.reservations[0].id.encode()) == 2
+    assert b'"count"' not in shown  # Blazar's four fields, one entry per slot
+    db.dispose()
+
+
 def test_a_listing_from_before_what_is_kept_is_read_from_the_database(two: Two) -> None:
     hosts, leases, clock = two
     lease = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
@@ -166,7 +193,7 @@ steps = st.lists(
 Step = tuple[str, Actor, int, int, int]
 
 
-@pytest.mark.parametrize("table", [HOSTS, INSTANCES], ids=lambda t: t.name)
+@pytest.mark.parametrize("table", [HOSTS, INSTANCES, HOSTS_AND_SLOTS], ids=lambda t: t.name)
 @pytest.mark.parametrize(("kind", "examples"), [("sqlite", 25), ("postgresql", 10)])
 def test_the_listing_from_kept_rows_is_the_listing_read_afresh(
     table: Table, kind: str, examples: int, request: pytest.FixtureRequest

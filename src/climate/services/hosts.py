@@ -46,10 +46,12 @@ class PropertyInfo:
 class HostAllocations:
     host_id: int
     reservations: Sequence[Shown]
-    """Of one table: whole-host reservations' or instance reservations' (with a ``count``)."""
+    """Of one table (instance reservations' with a ``count``), or whole hosts' with each
+    instance slot as one more (``with_slots``)."""
     stamp: int | None = None
-    """The host's stamp in its ``AllocationListing`` when these are all its rows ending after
-    ``since`` (None: read from the database, or only some of them)."""
+    """The host's stamp in its ``AllocationListing`` (both listings' for ``with_slots``) when
+    these are all its rows ending after ``since`` (None: read from the database, or only some
+    of them)."""
     since: str = ""
     """``since`` as lease text (``allocation_listing.lease_text``)."""
 
@@ -60,6 +62,10 @@ class HostService:
         self.backend = backend
         """Enrols each new host (``Enrol``): what the cloud knows of it fills its fields."""
         self.listing = AllocationListing(host_rows.listed_allocations)
+        self.slots = AllocationListing(
+            instance_rows.listed_allocations, instance_rows.host_of_owner
+        )
+        """Instance reservations' rows: Blazar's host allocations show each slot too."""
 
     def create(self, actor: Actor, name: object, fields: Mapping[str, Any]) -> Host:
         """Register a host. Known inventory fields fill columns; all others become properties."""
@@ -238,7 +244,8 @@ class HostService:
         page: Page = FIRST_PAGE,
     ) -> list[HostAllocations]:
         """Allocations per host from ``start`` (default now) on, a page of hosts (by id) at a
-        time; a caller whom the ``admin`` rule does not cover sees only their project's."""
+        time; a caller whom the ``admin`` rule does not cover sees only their project's. As in
+        Blazar, an instance reservation shows once per instance slot it holds on the host."""
         self.ctx.policy.enforce(actor, "blazar:oshosts:get_allocations", actor.owner())
         now = self.ctx.clock.now()
         since = start or now
@@ -252,19 +259,25 @@ class HostService:
                 return []
             if lease_id is None and reservation_id is None and end is None:
                 kept = self.listing.per_host(session, ids, since, now)
-                if kept is not None:
-                    return shown(kept, lease_text(since), scope)
-            rows = host_rows.allocations(
-                session,
-                host_range=(ids[0], ids[-1]),
-                lease_id=lease_id,
-                reservation_id=reservation_id,
-                project_id=scope,
-                start=since,
-                end=end,
-            )
+                slots = self.slots.per_host(session, ids, since, now)
+                if kept is not None and slots is not None:
+                    text = lease_text(since)
+                    return with_slots(shown(kept, text, scope), shown(slots, text, scope))
+            filters: dict[str, Any] = {
+                "lease_id": lease_id,
+                "reservation_id": reservation_id,
+                "project_id": scope,
+                "start": since,
+                "end": end,
+            }
+            rows = host_rows.allocations(session, host_range=(ids[0], ids[-1]), **filters)
+            slot_rows = instance_rows.allocations(session, host_ids=ids, **filters)
         per_host = inventory.grouped(ids, rows, lambda row: row.host_id)
-        return [HostAllocations(h, r) for h, r in per_host.items()]
+        per_slots = inventory.grouped(ids, slot_rows, lambda row: row.host_id)
+        return with_slots(
+            [HostAllocations(h, r) for h, r in per_host.items()],
+            [HostAllocations(h, r) for h, r in per_slots.items()],
+        )
 
     def _page(
         self,
@@ -301,6 +314,27 @@ def shown(
         )
         for h, stamp, rows, earliest in kept
     ]
+
+
+def with_slots(
+    hosts: Sequence[HostAllocations], slots: Sequence[HostAllocations]
+) -> list[HostAllocations]:
+    """Each host's whole-host rows with its instance rows (of the same hosts, in the same
+    order), each shown once per slot, by start then reservation."""
+    merged = []
+    for host, used in zip(hosts, slots, strict=True):
+        each: list[Shown] = [row for row in used.reservations for _ in range(_count(row))]
+        rows = sorted([*host.reservations, *each], key=lambda r: (r.start_date, r.reservation_id))
+        stamp = None
+        if host.stamp is not None and used.stamp is not None:
+            stamp = host.stamp << 64 | used.stamp  # both listings' stamps, one key
+        merged.append(HostAllocations(host.host_id, rows, stamp, host.since))
+    return merged
+
+
+def _count(row: Shown) -> int:
+    count: int = getattr(row, "count", 1)
+    return count
 
 
 def wake_queue(ctx: ServiceContext, session: Session, now: dt.datetime) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -136,30 +137,26 @@ Seconds = Annotated[
 ]
 
 
-def _update_start(value: object) -> dt.datetime | Literal["now"] | None:
-    if value in ("now", None):
-        return "now" if value == "now" else None
-    return parsing.parse_date("start_date", value)
+def _now_or_date(field: str) -> Callable[[object], dt.datetime | Literal["now"] | None]:
+    """An update's date as Blazar reads it: ``now`` (a running lease ends now; a start moves
+    to now), a date, or nothing to change; an empty text is not a date."""
+
+    def read(value: object) -> dt.datetime | Literal["now"] | None:
+        if value in ("now", None):
+            return "now" if value == "now" else None
+        return parsing.parse_date(field, value)
+
+    return read
 
 
 UpdateStart = Annotated[
     dt.datetime | Literal["now"] | None,
-    PlainValidator(_update_start),
+    PlainValidator(_now_or_date("start_date")),
     WithJsonSchema({"anyOf": [{"const": "now"}, REQUEST_DATE]}),
 ]
-
-
-def _update_end(value: object) -> dt.datetime | Literal["now"] | None:
-    """As Blazar reads an update's end: ``now`` ends a running lease now; an empty text is
-    not a date."""
-    if value in ("now", None):
-        return "now" if value == "now" else None
-    return parsing.parse_date("end_date", value)
-
-
 UpdateEnd = Annotated[
     dt.datetime | Literal["now"] | None,
-    PlainValidator(_update_end),
+    PlainValidator(_now_or_date("end_date")),
     WithJsonSchema({"anyOf": [{"const": "now"}, REQUEST_DATE]}),
 ]
 

@@ -161,7 +161,7 @@ class AllocationListing(Generic[R]):
             self._of.setdefault(row.reservation_id, set()).add(row.host_id)
             self._hosts.setdefault(row.host_id, []).append(row)
         for kept in self._hosts.values():
-            kept.sort(key=_order)
+            kept.sort(key=order)
         self._ends = {h: min(r.end_date for r in rows) for h, rows in self._hosts.items()}
         self._stamped += 1
         self._stamps = dict.fromkeys(self._hosts, self._stamped)
@@ -191,7 +191,7 @@ class AllocationListing(Generic[R]):
             touched[row.host_id].append(row)
         self._stamped += 1
         for host, rows in touched.items():
-            rows.sort(key=_order)
+            rows.sort(key=order)
             self._hosts[host] = rows
             self._ends[host] = min((r.end_date for r in rows), default=NO_END)
             self._stamps[host] = self._stamped
@@ -236,5 +236,6 @@ def loader(model: Any, make: Callable[[Sequence[Any]], R], *extra: Any) -> Loade
     return load
 
 
-def _order(row: Listed) -> tuple[str, str]:
+def order(row: Shown) -> tuple[str, str]:
+    """How a listing orders a resource's rows: by start, then reservation."""
     return row.start_date, row.reservation_id

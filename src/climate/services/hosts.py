@@ -16,7 +16,7 @@ from climate.db import audit
 from climate.db import hosts as host_rows
 from climate.db import instances as instance_rows
 from climate.db import leases as lease_rows
-from climate.db.allocation_listing import AllocationListing, Listed, Shown, lease_text
+from climate.db.allocation_listing import AllocationListing, Listed, Shown, lease_text, order
 from climate.db.calendar_cache import CalendarCache
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import PROPERTY_VALUE_LENGTH, Host, ResourceProperty
@@ -42,18 +42,42 @@ class PropertyInfo:
     values: list[str]
 
 
-@dataclass(frozen=True)
 class HostAllocations:
-    host_id: int
-    reservations: Sequence[Shown]
-    """Of one table (instance reservations' with a ``count``), or whole hosts' with each
-    instance slot as one more (``with_slots``)."""
-    stamp: int | None = None
-    """The host's stamp in its ``AllocationListing`` (both listings' for ``with_slots``) when
-    these are all its rows ending after ``since`` (None: read from the database, or only some
-    of them)."""
-    since: str = ""
-    """``since`` as lease text (``allocation_listing.lease_text``)."""
+    """One host's allocations as the allocation endpoints show them."""
+
+    __slots__ = ("host_id", "stamp", "since", "_rows", "_slots")
+
+    def __init__(
+        self,
+        host_id: int,
+        rows: Sequence[Shown],
+        stamp: int | None = None,
+        since: str = "",
+        slots: Sequence[Shown] = (),
+    ) -> None:
+        self.host_id = host_id
+        self.stamp = stamp
+        """The host's stamp in its ``AllocationListing`` (both listings' with ``slots``) when
+        these are all its rows ending after ``since`` (None: read from the database, or only
+        some of them)."""
+        self.since = since
+        """``since`` as lease text (``allocation_listing.lease_text``)."""
+        self._rows = rows
+        self._slots = slots
+        """Instance reservations' rows (with a ``count``) to show among ``rows``, each once
+        per slot: merged only when read, since a host's kept answer usually needs none."""
+
+    @property
+    def reservations(self) -> Sequence[Shown]:
+        """Of one table (instance reservations' with a ``count``), or whole hosts' with each
+        instance slot as one more, by start then reservation."""
+        if self._slots:
+            # Both listings keep a host's rows in this order, and a slot's repeats stay side by
+            # side: only a host with rows of both kinds is sorted.
+            each = [row for row in self._slots for _ in range(_count(row))]
+            self._rows = sorted([*self._rows, *each], key=order) if self._rows else each
+            self._slots = ()
+        return self._rows
 
 
 class HostService:
@@ -262,7 +286,7 @@ class HostService:
                 slots = self.slots.per_host(session, ids, since, now)
                 if kept is not None and slots is not None:
                     text = lease_text(since)
-                    return with_slots(shown(kept, text, scope), shown(slots, text, scope))
+                    return with_slots(_shown(kept, text, scope), _shown(slots, text, scope), text)
             filters: dict[str, Any] = {
                 "lease_id": lease_id,
                 "reservation_id": reservation_id,
@@ -275,8 +299,8 @@ class HostService:
         per_host = inventory.grouped(ids, rows, lambda row: row.host_id)
         per_slots = inventory.grouped(ids, slot_rows, lambda row: row.host_id)
         return with_slots(
-            [HostAllocations(h, r) for h, r in per_host.items()],
-            [HostAllocations(h, r) for h, r in per_slots.items()],
+            [(h, None, r) for h, r in per_host.items()],
+            [(h, None, r) for h, r in per_slots.items()],
         )
 
     def _page(
@@ -302,33 +326,37 @@ def shown(
 ) -> list[HostAllocations]:
     """The kept rows (``AllocationListing.per_host``) ending after ``since`` (lease text), of
     project ``scope`` unless None."""
+    return [HostAllocations(h, rows, stamp, since) for h, stamp, rows in _shown(kept, since, scope)]
+
+
+def _shown(
+    kept: Sequence[tuple[int, int, Sequence[Listed], str]], since: str, scope: str | None
+) -> list[tuple[int, int | None, Sequence[Listed]]]:
     if scope is not None:
         return [
-            HostAllocations(h, [r for r in rows if r.end_date > since and r.project_id == scope])
+            (h, None, [r for r in rows if r.end_date > since and r.project_id == scope])
             for h, _, rows, _ in kept
         ]
     # Most hosts' rows all end after ``since`` (now, by default): shown as they are kept.
     return [
-        HostAllocations(
-            h, rows if earliest > since else [r for r in rows if r.end_date > since], stamp, since
-        )
+        (h, stamp, rows if earliest > since else [r for r in rows if r.end_date > since])
         for h, stamp, rows, earliest in kept
     ]
 
 
 def with_slots(
-    hosts: Sequence[HostAllocations], slots: Sequence[HostAllocations]
+    hosts: Sequence[tuple[int, int | None, Sequence[Shown]]],
+    slots: Sequence[tuple[int, int | None, Sequence[Shown]]],
+    since: str = "",
 ) -> list[HostAllocations]:
     """Each host's whole-host rows with its instance rows (of the same hosts, in the same
-    order), each shown once per slot, by start then reservation."""
+    order), each shown once per slot."""
     merged = []
-    for host, used in zip(hosts, slots, strict=True):
-        each: list[Shown] = [row for row in used.reservations for _ in range(_count(row))]
-        rows = sorted([*host.reservations, *each], key=lambda r: (r.start_date, r.reservation_id))
-        stamp = None
-        if host.stamp is not None and used.stamp is not None:
-            stamp = host.stamp << 64 | used.stamp  # both listings' stamps, one key
-        merged.append(HostAllocations(host.host_id, rows, stamp, host.since))
+    for (host_id, stamp, rows), (_, slot_stamp, used) in zip(hosts, slots, strict=True):
+        both = None
+        if stamp is not None and slot_stamp is not None:
+            both = stamp << 64 | slot_stamp  # both listings' stamps, one key
+        merged.append(HostAllocations(host_id, rows, both, since, used))
     return merged
 
 

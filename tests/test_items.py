@@ -308,3 +308,28 @@ def test_inventory_checks_its_fields(
     # Another kind's id is not found here.
     with pytest.raises(NotFound):
         networks.get(ADMIN, str(device.id))
+
+
+def test_a_floating_ip_reservation_keeps_its_network_and_required_addresses(
+    fips: ItemService, leases: LeaseService
+) -> None:
+    add_fips(fips, 3)
+    add_fips(fips, 2, network="other-net")
+    lease = leases.create(ALICE, lease_of("l", fip(2, "172.24.4.10")))
+    (ips,) = lease.reservations
+
+    def change(fields: dict[str, Any]) -> Any:
+        asked = [ReservationRequest(None, fields, ips.id)]
+        return leases.update(ALICE, lease.id, LeaseChanges(reservations=asked))
+
+    with pytest.raises(InvalidInput, match="Updating network_id is not supported"):
+        change({"network_id": "other-net"})
+    with pytest.raises(
+        InvalidInput, match="Updating required_floatingips is not supported except with an empty"
+    ):
+        change({"required_floatingips": ["172.24.4.11"]})
+    assert leases.get(ALICE, lease.id).reservations[0].params == ips.params
+    same = change({"network_id": NET, "required_floatingips": ["172.24.4.10"], "amount": 3})
+    assert same.reservations[0].params["amount"] == 3
+    emptied = change({"required_floatingips": []})
+    assert emptied.reservations[0].params["required_floatingips"] == []

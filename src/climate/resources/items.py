@@ -368,6 +368,8 @@ class FloatingIPType(ItemType):
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
+        if current is not None:
+            _check_kept(raw, current, field)
         merged = merged_fields(raw, current, self.FIELDS, field)
         merged.setdefault("amount", 1)
         if merged.get("network_id") is None:
@@ -419,4 +421,23 @@ class FloatingIPType(ItemType):
         required = frozenset(int(by_address[a]) for a in params["required_floatingips"])
         return ItemDemand(
             pool, params["amount"], params["amount"], required, f"in network {network}"
+        )
+
+
+CANT_UPDATE = "Floating IP reservation cannot be updated with requested parameters."
+
+
+def _check_kept(raw: Mapping[str, Any], current: Mapping[str, Any], field: str) -> None:
+    """As Blazar: an existing floating-IP reservation keeps its network, and its required
+    addresses unless they are given again or emptied."""
+    if "network_id" in raw and str(raw["network_id"]) != current["network_id"]:
+        raise InvalidInput(
+            f"{field}.network_id", f"{CANT_UPDATE} Updating network_id is not supported"
+        )
+    required = raw.get("required_floatingips")
+    if "required_floatingips" in raw and required not in ([], current["required_floatingips"]):
+        raise InvalidInput(
+            f"{field}.required_floatingips",
+            f"{CANT_UPDATE} Updating required_floatingips is not supported except with an "
+            "empty list",
         )

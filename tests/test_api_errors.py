@@ -569,7 +569,8 @@ def test_host_errors(live_sqlite: LiveServer, api: httpx.Client) -> None:
 def test_property_errors(api: httpx.Client) -> None:
     assert_error(api.patch("/v1/os-hosts/properties/gpu", json={"private": "yes"}), 400, "private")
     assert_error(api.patch("/v1/os-hosts/properties/gpu", json={"private": 1}), 400, "private")
-    assert_error(api.patch("/v1/os-hosts/properties/gpu", json={}), 400, "private")
+    assert_error(api.patch("/v1/os-hosts/properties/gpu", json={"private": None}), 400, "private")
+    assert_error(api.patch("/v1/os-hosts/properties/no_such", json={}), 404, "no_such")
     assert_error(api.patch("/v1/os-hosts/properties/gpu", content=b"[true]"), 400, "body")
     assert_error(
         api.patch("/v1/os-hosts/properties/no_such", json={"private": True}), 404, "no_such"

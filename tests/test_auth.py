@@ -192,6 +192,12 @@ def test_private_properties_are_hidden_unless_an_admin_asks_for_all(
         assert response.status_code == 200, response.text
         setting = response.json()["resource_property"]
         assert (setting["property_name"], setting["private"]) == ("rack", True)
+        # As in Blazar, an empty update answers the property as it is.
+        for name, private in (("rack", True), ("gpu", False)):
+            response = admin.patch(f"/v1/os-hosts/properties/{name}", json={})
+            assert response.status_code == 200, response.text
+            shown = response.json()["resource_property"]
+            assert (shown["property_name"], shown["private"]) == (name, private)
 
         def names(http: httpx.Client, query: str) -> list[Any]:
             response = http.get(f"/v1/os-hosts/properties{query}")

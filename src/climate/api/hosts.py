@@ -111,7 +111,10 @@ def update_property(
     services: ServicesDep, actor: ActorDep, name: str, raw: BodyDep
 ) -> JSONResponse:
     wanted = validated(PropertyUpdate, raw)
-    setting = services.hosts.set_property_private(actor, name, wanted.private)
+    if "private" in wanted.model_fields_set:
+        setting = services.hosts.set_property_private(actor, name, wanted.private)
+    else:
+        setting = services.hosts.property_setting(actor, name)
     return JSONResponse(
         {
             "resource_property": {

@@ -236,6 +236,20 @@ class HostService:
             found.append(PropertyInfo(name, private, values[name]))
         return found
 
+    def property_setting(self, actor: Actor, name: str) -> ResourceProperty:
+        """A property's setting as it is (kept from now on if it was never set), for whoever
+        may change it."""
+        self.ctx.policy.enforce(actor, "blazar:oshosts:update_resource_properties")
+        with self.ctx.db.transaction() as session:
+            if name not in host_rows.property_values(session):
+                raise NotFound("Resource property", name)
+            setting = host_rows.property_settings(session).get(name)
+            if setting is None:
+                setting = host_rows.upsert_property_setting(
+                    session, name, False, self.ctx.clock.now()
+                )
+            return setting
+
     def set_property_private(self, actor: Actor, name: str, private: object) -> ResourceProperty:
         self.ctx.policy.enforce(actor, "blazar:oshosts:update_resource_properties")
         if not isinstance(private, bool):

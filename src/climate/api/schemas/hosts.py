@@ -115,7 +115,8 @@ class HostUpdate(HostColumns):
 class PropertyUpdate(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"private": True}]})
 
-    private: Annotated[Any, WithJsonSchema({"type": "boolean"})]
+    private: Annotated[Any, WithJsonSchema({"type": "boolean"})] = None
+    """Left out: the property as it is (Blazar answers an empty update so)."""
 
 
 def given(model: BaseModel) -> dict[str, Any]:

@@ -93,7 +93,9 @@ def assert_error(response: httpx.Response, status: int, *mentions: str) -> dict[
     body: dict[str, Any] = response.json()
     # A capacity refusal also explains itself (docs/admission.md); nothing else adds keys.
     explained = status == 409 and REFUSAL_KEYS <= set(body)
-    assert set(body) - (REFUSAL_KEYS if explained else set()) == ERROR_KEYS, body
+    # A routing error (no such path, or method) also carries Blazar's Flask key ``error``.
+    routing = {"error"} if status in (404, 405) and body.get("error") == status else set()
+    assert set(body) - (REFUSAL_KEYS if explained else routing) == ERROR_KEYS, body
     assert body["error_code"] == status
     assert body["error_name"] == status  # as Blazar: the status again
     for mention in mentions:
@@ -603,6 +605,15 @@ def test_unknown_route_and_wrong_method_get_json_errors(
     response = shared_api.request(method, path, json={})
     assert_error(response, status)
     assert response.headers["OpenStack-API-Version"] == "reservation 1.0"
+    assert response.json()["error"] == status  # Blazar's key for routing errors
+    assert (
+        response.json()["error_message"]
+        == {
+            404: "The requested URL was not found on the server. If you entered the URL manually "
+            "please check your spelling and try again.",
+            405: "The method is not allowed for the requested URL.",
+        }[status]
+    )
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,13 @@ API_VERSION_HEADER = "OpenStack-API-Version"
 API_VERSION = "reservation 1.0"
 
 
+ROUTING_ERRORS = {
+    404: "The requested URL was not found on the server. If you entered the URL manually please "
+    "check your spelling and try again.",
+    405: "The method is not allowed for the requested URL.",
+}
+
+
 def error_body(status: int, message: str, details: Mapping[str, Any] | None = None) -> JSONResponse:
     """Blazar's error shape (the blazar CLI prints ``error_message``; ``error_name`` is the
     status again, as Blazar sends it), with ``details`` added."""
@@ -213,7 +220,10 @@ def create_app(ctx: ServiceContext) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        response = error_body(exc.status_code, str(exc.detail))
+        # Routing's own errors, in Blazar's words and with its ``error`` key (its Flask app
+        # answers them with werkzeug's descriptions).
+        message = ROUTING_ERRORS.get(exc.status_code, str(exc.detail))
+        response = error_body(exc.status_code, message, {"error": exc.status_code})
         if exc.status_code == 405:
             response.headers["Allow"] = openapi.allowed_methods(app, request.scope["path"])
         return response

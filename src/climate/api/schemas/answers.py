@@ -55,6 +55,9 @@ class Error(BaseModel):
     error_code: int = Field(description="the HTTP status")
     error_message: str = Field(description="for 4xx, names the field")
     error_name: int = Field(description="the HTTP status, as Blazar")
+    error: int | SkipJsonSchema[None] = Field(
+        None, description="a routing error (no such path, or method): the status, as Blazar"
+    )
     reason: RefusalReason | SkipJsonSchema[None] = None
     offers: Annotated[list[CounterOffer], Field(max_length=3)] | SkipJsonSchema[None] = None
     conflicts: list[SkippedOccurrence] | SkipJsonSchema[None] = Field(

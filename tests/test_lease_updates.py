@@ -19,6 +19,7 @@ from tests.conftest import ALICE, BOB, T0
 from tests.helpers import add_hosts, host_request, hosts_of
 
 HOUR = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 
 
 def _snapshot(leases: LeaseService, lease_id: str) -> tuple[object, ...]:
@@ -276,3 +277,30 @@ def test_extending_after_the_warning_warns_again_before_the_new_end(
     ]
     clock.set(T0 + 4 * HOUR)
     assert manager.run_due() == 1
+
+
+def test_an_end_brought_forward_after_the_warning_warns_again_at_once(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    """As Blazar: the warning's time relative to the new end has passed, so it runs again now
+    (its before-end action too), before the end."""
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 4 * HOUR))  # warned 1 h before
+    clock.set(T0 + 3 * HOUR + 10 * MINUTE)
+    manager.run_due()  # started and warned
+    shortened = leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 3 * HOUR + 30 * MINUTE))
+    warnings = [e for e in shortened.events if e.event_type == "before_end_lease"]
+    assert sorted((e.status, e.time) for e in warnings) == [
+        ("DONE", T0 + 3 * HOUR),
+        ("UNDONE", T0 + 2 * HOUR + 30 * MINUTE),
+    ]
+    assert manager.run_due() == 1  # the new warning, at once
+    unchanged = leases.update(ALICE, lease.id, LeaseChanges(name="renamed"))
+    assert [e.status for e in unchanged.events if e.event_type == "before_end_lease"] == [
+        "DONE",
+        "DONE",
+    ]
+    clock.set(T0 + 3 * HOUR + 30 * MINUTE)
+    assert manager.run_due() == 1  # the end
+    assert leases.get(ALICE, lease.id).status == "TERMINATED"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from climate.domain.status import LeaseType
@@ -86,16 +86,8 @@ class LeaseChanges:
 
     @property
     def keeps_all_but_the_name(self) -> bool:
-        return (
-            self.start is None
-            and not self.start_now
-            and self.end is None
-            and not self.end_now
-            and self.before_end is None
-            and not self.reservations
-            and self.before_end_offset is None
-            and self.reminders is None
-        )
+        # The API gives reservations as a list, the default is a tuple.
+        return replace(self, name=None, reservations=tuple(self.reservations)) == LeaseChanges()
 
 
 class Conflicts(enum.StrEnum):

@@ -154,7 +154,7 @@ class Changing(LeaseBase):
         old_end = lease.end_date
         lease.start_date, lease.end_date, lease.before_end_date = start, end, before_end
         lease.reminders = lease_rules.stored_reminders(reminders)
-        rearmed = self._retime_events(lease, held, now)
+        rearmed = self._retime_events(lease, held, old_end, now)
         self._place_reminders(session, lease, reminders, old_end, held, now)
         lease.updated_at = now
         session.flush()
@@ -338,7 +338,9 @@ class Changing(LeaseBase):
             edits.append((target, req.fields, field_name))
         return edits
 
-    def _retime_events(self, lease: Lease, held: Sequence[Event], now: dt.datetime) -> bool:
+    def _retime_events(
+        self, lease: Lease, held: Sequence[Event], old_end: dt.datetime, now: dt.datetime
+    ) -> bool:
         """Move the ``held`` events to the lease's dates; add a new warning if it is due again
         (and say so: Blazar notifies ``lease.event.before_end_lease.stop`` then)."""
         wanted = {
@@ -352,7 +354,9 @@ class Changing(LeaseBase):
             if when is not None and row.time != when and row not in reminders:
                 row.time = row.not_before = when
                 row.updated_at = now
-        # A running lease whose end moved later gets its warning again before the new end.
+        # A running lease warned already is warned again before a new end, as in Blazar: at
+        # once if that warning's time has passed (an end brought forward, or made now), so that
+        # its before-end action (a snapshot) runs again before the end.
         warned = [
             e
             for e in lease.events
@@ -360,7 +364,7 @@ class Changing(LeaseBase):
         ]
         if (
             lease.before_end_date is not None
-            and lease.before_end_date > now
+            and (lease.before_end_date > now or lease.end_date != old_end)
             and warned
             and all(e.status != EventStatus.UNDONE for e in warned)
         ):

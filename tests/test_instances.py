@@ -16,6 +16,7 @@ from climate.db.tables import Lease
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, ResourceInUse
 from climate.planner.instances import HostRoom, InstanceDemand, Size, check_possible, place
 from climate.resources import load_resource_types
+from climate.resources.instances import affinity_field
 from climate.runtime import build_context, build_workers
 from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
@@ -334,6 +335,8 @@ def test_updates_change_amount_and_size_and_a_running_one_keeps_its_instances(
         ALICE, lease.id, LeaseChanges(reservations=[ReservationRequest(None, {"amount": 3}, rid)])
     )
     assert sum(placement(grown).values()) == 3
+    assert lease.reservations[0].updated_at is None
+    assert grown.reservations[0].updated_at == ctx.clock.now()
     with pytest.raises(NotEnoughCapacity):
         leases.update(
             ALICE,
@@ -392,3 +395,31 @@ def test_the_reservation_shows_what_the_backend_needs(
         f"{host}:0",
         f"{host}:1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "taken"),
+    [
+        (True, True),
+        ("True", True),
+        ("yes", True),
+        ("T", True),
+        (1, True),
+        ("off", False),
+        ("0", False),
+        (0, False),
+        (None, None),
+        ("None", None),
+        ("none", None),
+    ],
+)
+def test_affinity_takes_what_blazar_takes(given: object, taken: bool | None) -> None:
+    assert affinity_field({"affinity": given}, "r") is taken
+
+
+@pytest.mark.parametrize("given", ["", "null", "NONE", " true", "maybe", 2, 1.0, [], {}])
+def test_affinity_refuses_what_blazar_refuses(given: object) -> None:
+    """Blazar's ``NONE_VALUES`` are None, "None" and "none"; any other value must be one of
+    oslo's boolean strings (which 1 and 0 also are)."""
+    with pytest.raises(InvalidInput, match=r"^r\.affinity: Malformed parameter affinity \(must"):
+        affinity_field({"affinity": given}, "r")

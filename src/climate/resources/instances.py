@@ -62,7 +62,8 @@ FIELDS = (
 SIZE_COLUMNS = ("vcpus", "memory_mb", "local_gb")
 TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
 FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
-NONE = frozenset({"none", "null", ""})
+NONE = frozenset({"None", "none"})
+"""Blazar's ``NONE_VALUES`` (with None itself): no other spelling means no rule."""
 SERVER_GROUPS = uuid.UUID("8d2c3c1e-5f0b-4b7e-9a59-2f6b8f5d7c01")
 
 
@@ -72,13 +73,14 @@ def affinity_field(merged: Mapping[str, Any], field: str) -> bool | None:
     value = merged.get("affinity")
     if value is None or isinstance(value, bool):
         return value
-    text = str(value).strip().lower() if isinstance(value, str) else None
+    if isinstance(value, str) and value in NONE:
+        return None
+    # As oslo's bool_from_string, which Blazar uses: any case, and the integers 1 and 0.
+    text = str(value).lower() if isinstance(value, str | int) else None
     if text in TRUE:
         return True
     if text in FALSE:
         return False
-    if text in NONE:
-        return None
     raise InvalidInput(
         f"{field}.affinity",
         f"Malformed parameter affinity (must be a bool value or None), not {value!r}",

@@ -142,6 +142,8 @@ class Changing(LeaseBase):
             ]
             asked.append(_reshape(lease, start, end, active, live, edits))
             book(self.ctx, session, live, start, end, active=active, now=now)
+            for reservation in live:
+                reservation.updated_at = now  # booked again for the new window or parameters
         before_end = self._moved_before_end(lease, changes, start, end, reshaped)
         reminders = lease_rules.check_reminders(
             lease_rows.reminder_offsets(lease) if changes.reminders is None else changes.reminders,

@@ -136,7 +136,7 @@ def check_possible(demand: InstanceDemand, hosts: Sequence[HostRoom]) -> None:
     wanted = demand.size
     if not hosts:
         raise NotEnoughCapacity(
-            f"not enough instance capacity: {demand.amount} instance(s) of {wanted} "
+            f"Not enough hosts available: {demand.amount} instance(s) of {wanted} "
             "requested, but no reservable host with a size (vcpus, memory_mb, local_gb) "
             "matches the properties"
         )
@@ -241,7 +241,7 @@ def _window(demand: InstanceDemand) -> str:
 def _refusal(demand: InstanceDemand, hosts: Sequence[HostRoom], room: str) -> str:
     rule = {True: "all on one host", False: "each on a distinct host", None: "anywhere"}
     return (
-        f"not enough instance capacity: {demand.amount} instance(s) of {demand.size} requested "
+        f"Not enough hosts available: {demand.amount} instance(s) of {demand.size} requested "
         f"({rule[demand.affinity]}), {len(hosts)} host(s) match the properties and are not "
         f"reserved whole, {room} for the whole window {_window(demand)}"
     )

@@ -446,6 +446,44 @@ CASES += [
 ]
 
 
+def _instances(affinity: object) -> dict[str, Any]:
+    reservation = {
+        "resource_type": "virtual:instance",
+        "amount": 1,
+        "vcpus": 2,
+        "memory_mb": 1024,
+        "disk_gb": 10,
+        "affinity": affinity,
+        "resource_properties": "",
+    }
+    return _lease(f"instances-{affinity!r}", reservations=[reservation])
+
+
+CASES += [
+    Case(
+        "instance affinity: Blazar's none values and boolean strings, nothing else",
+        [
+            # Blazar takes the host's size from Nova (its launcher's); Climate from the body.
+            Step(
+                "POST",
+                "/os-hosts",
+                {"name": "node-sized", "vcpus": 32, "memory_mb": 131072, "local_gb": 1000},
+                201,
+            ),
+            *(
+                Step("POST", "/leases", _instances(bad), 400, "Malformed parameter affinity")
+                for bad in ("", "null", "NONE", 2)
+            ),
+            Step("POST", "/leases", _instances(1), 201),
+            Step("DELETE", "/leases/{lease}", None, 204),
+            Step("POST", "/leases", _instances("none"), 201),
+            Step("DELETE", "/leases/{lease}", None, 204),
+            Step("DELETE", "/os-hosts/{host}", None, 204),
+        ],
+    ),
+]
+
+
 def _run(base: str, case: Case) -> list[tuple[int, dict[str, Any] | None]]:
     answers: list[tuple[int, dict[str, Any] | None]] = []
     lease = host = "none"

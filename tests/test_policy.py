@@ -164,7 +164,7 @@ def test_a_policy_file_can_deny_lease_creation(
         body = assert_error(alice.post("/v1/leases", json=lease_body("x")), 403)
         assert body == {
             "error_code": 403,
-            "error_message": "Policy doesn't allow blazar:leases:post to be performed.",
+            "error_message": "Policy doesn't allow blazar:leases:post to be performed",
             "error_name": 403,
         }
         assert_error(admin.post("/v1/leases", json=lease_body("y")), 403)

@@ -124,7 +124,7 @@ class Policy:
     def enforce(self, actor: Actor, rule: str, target: Target | None = None) -> None:
         """:raises Forbidden: the rule does not hold for this caller and target."""
         if not self.allows(actor, rule, target):
-            raise Forbidden(f"Policy doesn't allow {rule} to be performed.")
+            raise Forbidden(f"Policy doesn't allow {rule} to be performed")
 
     def scope(self, actor: Actor) -> str | None:
         """The project the caller's lease and allocation reads are confined to; None when the

@@ -51,9 +51,10 @@ class Watched:
         return path
 
 
-def watched(browser: Browser, base: str) -> Watched:
-    """A new page for Climate at ``base``, with the network to anything else cut off."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+def watched(browser: Browser, base: str, timezone: str = "UTC") -> Watched:
+    """A new page for Climate at ``base``, with the network to anything else cut off, in a
+    browser whose clock shows ``timezone``."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, timezone_id=timezone)
     page = context.new_page()
     seen = Watched(page, base)
 

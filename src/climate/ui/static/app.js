@@ -1,6 +1,6 @@
 // Climate's dashboard: plain ES module, no build step. Every text from the server is put into
 // the page with textContent (never innerHTML), so names holding HTML or script stay text.
-import { DataSet, Timeline } from "./vendor/vis-timeline-graph2d.esm.min.js";
+import { DataSet, Timeline, moment } from "./vendor/vis-timeline-graph2d.esm.min.js";
 // ECharts (1.1 MB) is fetched and compiled only when the capacity chart is first drawn, after
 // the timeline: the first view does not wait for it.
 let echartsModule = null;
@@ -310,6 +310,8 @@ async function drawTimeline(window) {
       showCurrentTime: false,
       selectable: true,
       margin: { item: 2, axis: 4 },
+      // Every date on the page is UTC: the axis too, whatever the browser's time zone.
+      moment: (date) => moment(date).utc(),
       template: barTemplate,
       groupTemplate,
       tooltip: { followMouse: true, template: tooltip, delay: 100 },
@@ -375,6 +377,7 @@ $("rows-next").addEventListener("click", () => {
   tl.first += PAGE_ROWS;
   showRows();
 });
+$("timeline-controls").addEventListener("submit", (event) => event.preventDefault());
 $("rows-filter").addEventListener("input", () => {
   tl.filter = $("rows-filter").value;
   tl.first = 0;
@@ -435,6 +438,7 @@ async function drawCapacity(window) {
   tl.chart.setOption(
     {
       animation: false,
+      useUTC: true,
       tooltip: { trigger: "axis", renderMode: "richText" },
       legend: { top: 0 },
       grid: { left: 50, right: 20, top: 30, bottom: 30 },
@@ -480,7 +484,7 @@ $("tl-type").addEventListener("change", () => {
 
 // -- lease list -------------------------------------------------------------------------------
 
-async function showLeases() {
+async function showLeases(filtered = false) {
   const form = new FormData($("lease-filters"));
   const answer = await api(
     "GET",
@@ -492,8 +496,9 @@ async function showLeases() {
   );
   const needle = String(form.get("name") || "").toLowerCase();
   const leases = answer.leases.filter((l) => l.name.toLowerCase().includes(needle));
+  const rows = $("lease-table").tBodies[0];
   table(
-    $("lease-table").tBodies[0],
+    rows,
     leases.map((l) => [
       link(l.name, `#/lease/${encodeURIComponent(l.id)}`),
       el("span", l.status, `status s-${l.status.toLowerCase()}`),
@@ -505,21 +510,37 @@ async function showLeases() {
   );
   const project = me.admin ? form.get("project_id") : "";
   $("feed-link").href = `${API}/v1/leases.ics${query({ project_id: project })}`;
-  if (!$("status").textContent) say(`${leases.length} lease(s)`);
+  if (!leases.length) {
+    const cell = rows.appendChild(el("tr")).appendChild(el("td", "No lease matches."));
+    cell.colSpan = 6;
+  }
+  // A flash from the page before (a lease deleted) stays until the filters change.
+  if (filtered || !$("status").textContent) say(`${leases.length} lease(s)`);
 }
 
 $("lease-filters").addEventListener("submit", (event) => {
   event.preventDefault();
-  showLeases().catch(failed);
+  showLeases(true).catch(failed);
 });
 
 // -- one lease --------------------------------------------------------------------------------
 
 const current = { lease: null };
 
+// The page's actions work on ``current.lease``: none until the lease asked for is shown.
+function forgetLease() {
+  current.lease = null;
+  $("lease-title").textContent = "";
+  for (const id of ["lease-fields", "lease-reservations", "lease-refusal"]) clear($(id));
+  for (const id of ["lease-events", "lease-history"]) clear($(id).tBodies[0]);
+  for (const node of $("lease-update").elements) node.disabled = true;
+}
+
 async function showLease(id) {
+  forgetLease();
   const { lease } = await api("GET", `/v1/leases/${encodeURIComponent(id)}`);
   current.lease = lease;
+  for (const node of $("lease-update").elements) node.disabled = false;
   $("lease-title").textContent = lease.name;
   const fields = clear($("lease-fields"));
   for (const key of ["id", "status", "status_reason", "project_id", "user_id", "lease_type"]) {
@@ -609,6 +630,7 @@ $("lease-update").addEventListener("submit", (event) => {
   event.preventDefault();
   const changes = {};
   const lease = current.lease;
+  if (!lease) return;
   const start = fromInput($("lease-start").value);
   const end = fromInput($("lease-end").value);
   if (toInput(start) !== toInput(fromWire(lease.start_date))) changes.start_date = toApi(start);
@@ -617,6 +639,7 @@ $("lease-update").addEventListener("submit", (event) => {
 });
 
 function shiftEnd(hours) {
+  if (!current.lease) return;
   const end = fromWire(current.lease.end_date);
   updateLease({ end_date: toApi(new Date(end.valueOf() + hours * HOUR)) }).catch(failed);
 }
@@ -625,7 +648,7 @@ $("lease-extend").addEventListener("click", () => shiftEnd(1));
 $("lease-shrink").addEventListener("click", () => shiftEnd(-1));
 $("lease-delete").addEventListener("click", async () => {
   const lease = current.lease;
-  if (!window.confirm(`Delete lease ${lease.name}?`)) return;
+  if (!lease || !window.confirm(`Delete lease ${lease.name}?`)) return;
   try {
     await api("DELETE", `/v1/leases/${encodeURIComponent(lease.id)}`);
     go("#/leases", "lease deleted");
@@ -697,10 +720,20 @@ function newReservation() {
   if (type === "network") {
     return { resource_type: type, amount: count, resource_properties: properties };
   }
+  if (type === "virtual:floatingip") {
+    return { resource_type: type, amount: count, network_id: $("new-network").value.trim() };
+  }
   const reservation = { resource_type: type, min: count, max: count, resource_properties: properties };
   if (type === "physical:host") reservation.hypervisor_properties = "";
   return reservation;
 }
+
+$("new-type").addEventListener("change", () => {
+  const ips = $("new-type").value === "virtual:floatingip";
+  $("new-network-field").hidden = !ips;
+  $("new-network").required = ips;
+  $("new-properties").closest("label").hidden = ips;
+});
 
 function newLeaseBody(start, end) {
   return {
@@ -823,7 +856,8 @@ $("admin-kind").addEventListener("change", () => showAdmin().catch(failed));
 // -- routing ----------------------------------------------------------------------------------
 
 function failed(error) {
-  console.error(error);
+  // The server's refusals are shown on the page; only the page's own faults are logged.
+  if (!(error instanceof ApiError)) console.error(error);
   if (error.status !== 401) say(error.message, "error");
 }
 
@@ -857,9 +891,22 @@ function route() {
     show("timeline");
     const hours = Number(id) > 0 ? Number(id) : 168;
     if (!tl.timeline || id) drawTimeline(visibleWindow(hours)).catch(failed);
-    else tl.timeline.redraw();
+    else refreshTimeline();
   }
 }
+
+// The window shown, fetched again: leases made, changed or ended since show as they are now.
+function refreshTimeline() {
+  const range = tl.timeline.getWindow();
+  drawTimeline({ start: range.start.valueOf(), end: range.end.valueOf() }).catch(failed);
+}
+
+const REFRESH_MS = 60e3;
+setInterval(() => {
+  if (tl.timeline && !$("view-timeline").hidden && document.visibilityState === "visible") {
+    refreshTimeline();
+  }
+}, REFRESH_MS);
 
 window.addEventListener("hashchange", route);
 

@@ -412,5 +412,25 @@ def test_floating_ips_are_booked_from_their_network(
     clean(seen)
 
 
+def test_a_held_lease_is_confirmed_from_its_page(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+        body = {**lease("on-hold", minute(HOUR), minute(DAY)), "hold": {"expires_in": 600}}
+        made = created(admin.post("/v1/leases", json=body), "lease")
+    seen = opened(browser, live_sqlite, f"#/lease/{made['id']}")
+    page = seen.page
+    expect(page.locator("#lease-fields")).to_contain_text("hold_expires_at")
+    expect(page.locator("#lease-extend")).to_be_hidden()  # a hold is confirmed, not changed
+    page.click("#lease-confirm")
+    expect(page.locator("#status")).to_have_text("hold confirmed")
+    expect(page.locator("#lease-confirm")).to_be_hidden()
+    expect(page.locator("#lease-extend")).to_be_visible()
+    with client(live_sqlite) as admin:
+        assert admin.get(f"/v1/leases/{made['id']}").json()["lease"]["status"] == "PENDING"
+    page.click("#lease-save")  # the dates as they were
+    expect(page.locator("#status")).to_have_text("the dates are as they were: nothing to save")
+    clean(seen)
+
+
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)

@@ -166,6 +166,7 @@ $("login-form").addEventListener("submit", async (event) => {
     $("login").hidden = true;
     route();
   } else {
+    sessionStorage.removeItem(TOKEN_KEY);
     say("that token was refused", "error");
   }
 });
@@ -547,6 +548,15 @@ async function showLease(id) {
     fields.appendChild(el("dt", key));
     fields.appendChild(el("dd", lease[key] ?? ""));
   }
+  // What a lease type, a hold or a series adds, where the lease has it.
+  for (const key of ["queue_position", "deadline", "hold_expires_at", "series_id", "occurrence"]) {
+    if (lease[key] === undefined || lease[key] === null) continue;
+    fields.appendChild(el("dt", key));
+    fields.appendChild(el("dd", lease[key]));
+  }
+  const held = lease.status === "HELD";
+  $("lease-confirm").hidden = !held;
+  for (const id of ["lease-save", "lease-extend", "lease-shrink"]) $(id).hidden = held;
   fields.appendChild(el("dt", "window (UTC)"));
   fields.appendChild(
     el("dd", `${shown(fromWire(lease.start_date))} → ${shown(fromWire(lease.end_date))}`),
@@ -561,7 +571,8 @@ async function showLease(id) {
     for (const [key, value] of Object.entries(r)) {
       if (key === "allocations") continue;
       dl.appendChild(el("dt", key));
-      dl.appendChild(el("dd", typeof value === "object" ? JSON.stringify(value) : value));
+      const text = value !== null && typeof value === "object" ? JSON.stringify(value) : value;
+      dl.appendChild(el("dd", text ?? ""));
     }
     part.appendChild(dl);
     const allocations = el("table", null, "allocations");
@@ -635,6 +646,10 @@ $("lease-update").addEventListener("submit", (event) => {
   const end = fromInput($("lease-end").value);
   if (toInput(start) !== toInput(fromWire(lease.start_date))) changes.start_date = toApi(start);
   if (toInput(end) !== toInput(fromWire(lease.end_date))) changes.end_date = toApi(end);
+  if (!Object.keys(changes).length) {
+    say("the dates are as they were: nothing to save");
+    return;
+  }
   updateLease(changes).catch(failed);
 });
 
@@ -645,6 +660,17 @@ function shiftEnd(hours) {
 }
 
 $("lease-extend").addEventListener("click", () => shiftEnd(1));
+$("lease-confirm").addEventListener("click", async () => {
+  const lease = current.lease;
+  if (!lease) return;
+  try {
+    await api("POST", `/v1/leases/${encodeURIComponent(lease.id)}/confirm`);
+    await showLease(lease.id);
+    say("hold confirmed", "ok");
+  } catch (error) {
+    failed(error);
+  }
+});
 $("lease-shrink").addEventListener("click", () => shiftEnd(-1));
 $("lease-delete").addEventListener("click", async () => {
   const lease = current.lease;
@@ -685,10 +711,18 @@ function refusal(box, body, take) {
   for (const offer of offers) {
     const item = el("li", null, "offer");
     const lease = offer.lease;
-    const when =
-      lease.start_date || lease.end_date
-        ? `${lease.start_date === "now" ? "now" : shown(fromWire(lease.start_date))} → ${shown(fromWire(lease.end_date))} UTC`
-        : "";
+    const dates = [];
+    if (lease.start_date) {
+      dates.push(`from ${lease.start_date === "now" ? "now" : shown(fromWire(lease.start_date))}`);
+    }
+    if (lease.end_date) dates.push(`to ${shown(fromWire(lease.end_date))}`);
+    const counts = (lease.reservations || [])
+      .map((r) => r.max ?? r.amount)
+      .filter((n) => n !== undefined);
+    const when = [
+      ...(dates.length ? [`${dates.join(" ")} UTC`] : []),
+      ...(counts.length ? [`${counts.join(" + ")} resource(s)`] : []),
+    ].join(", ");
     const what = {
       later_start: "later start",
       fewer_hosts: "fewer resources",

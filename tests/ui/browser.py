@@ -51,10 +51,10 @@ class Watched:
         return path
 
 
-def watched(browser: Browser, base: str, timezone: str = "UTC") -> Watched:
+def watched(browser: Browser, base: str, timezone: str = "UTC", width: int = 1400) -> Watched:
     """A new page for Climate at ``base``, with the network to anything else cut off, in a
-    browser whose clock shows ``timezone``."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, timezone_id=timezone)
+    browser whose clock shows ``timezone``, ``width`` pixels wide."""
+    context = browser.new_context(viewport={"width": width, "height": 900}, timezone_id=timezone)
     page = context.new_page()
     seen = Watched(page, base)
 

@@ -58,9 +58,13 @@ def hosts(http: httpx.Client, *names: str) -> None:
 
 
 def opened(
-    browser: Browser, server: LiveServer, path: str = "#/timeline", timezone: str = "UTC"
+    browser: Browser,
+    server: LiveServer,
+    path: str = "#/timeline",
+    timezone: str = "UTC",
+    width: int = 1400,
 ) -> Watched:
-    seen = watched(browser, server.url, timezone)
+    seen = watched(browser, server.url, timezone, width)
     seen.page.goto(f"{server.url}/ui/{path}")
     return seen
 
@@ -429,6 +433,38 @@ def test_a_held_lease_is_confirmed_from_its_page(browser: Browser, live_sqlite: 
         assert admin.get(f"/v1/leases/{made['id']}").json()["lease"]["status"] == "PENDING"
     page.click("#lease-save")  # the dates as they were
     expect(page.locator("#status")).to_have_text("the dates are as they were: nothing to save")
+    clean(seen)
+
+
+def test_a_lease_page_names_its_hosts_for_an_admin(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-named")
+        made = created(
+            admin.post("/v1/leases", json=lease("named", minute(HOUR), minute(DAY))), "lease"
+        )
+    seen = opened(browser, live_sqlite, f"#/lease/{made['id']}")
+    expect(seen.page.locator("#lease-reservations .allocations tbody")).to_contain_text(
+        "compute-named"
+    )
+    clean(seen)
+
+
+def test_a_phone_wide_page_does_not_scroll_sideways(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-with-a-rather-long-name-for-a-small-screen", "compute-2")
+        created(admin.post("/v1/leases", json=lease("phone", minute(HOUR), minute(DAY))), "lease")
+    seen = opened(browser, live_sqlite, "#/new", width=375)
+    page = seen.page
+    expect(page.locator("#new-name")).to_be_visible()
+    for view in ("#/new", "#/leases", "#/admin"):
+        page.goto(f"{live_sqlite.url}/ui/{view}")
+        page.wait_for_load_state("networkidle")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 375, (view, width)
     clean(seen)
 
 

@@ -528,6 +528,24 @@ $("lease-filters").addEventListener("submit", (event) => {
 
 const current = { lease: null };
 
+// Host names by id, for admins (who may list hosts): allocations name their host by id. Read
+// once per lease page shown, however many allocations ask.
+let hostNames = null;
+
+function hostName(id) {
+  if (!me.admin) return Promise.resolve(null);
+  hostNames ??= api("GET", "/v1/os-hosts").then(
+    (answer) => new Map(answer.hosts.map((h) => [String(h.id), h.hypervisor_hostname])),
+  );
+  return hostNames.then((names) => names.get(String(id)) ?? null);
+}
+
+async function allocationLabel(reservation, allocation) {
+  const onHost = ["physical:host", "virtual:instance"].includes(reservation.resource_type);
+  const label = (onHost ? await hostName(allocation.resource_id) : null) ?? allocation.resource_id;
+  return allocation.count ? `${label} × ${allocation.count}` : String(label);
+}
+
 // The page's actions work on ``current.lease``: none until the lease asked for is shown.
 function forgetLease() {
   current.lease = null;
@@ -539,6 +557,7 @@ function forgetLease() {
 
 async function showLease(id) {
   forgetLease();
+  hostNames = null;
   const { lease } = await api("GET", `/v1/leases/${encodeURIComponent(id)}`);
   current.lease = lease;
   for (const node of $("lease-update").elements) node.disabled = false;
@@ -580,10 +599,11 @@ async function showLease(id) {
     for (const title of ["allocation", "start (UTC)", "end (UTC)"]) head.appendChild(el("th", title));
     allocations.appendChild(el("thead")).appendChild(head);
     const body = allocations.appendChild(el("tbody"));
+    const labels = await Promise.all(r.allocations.map((a) => allocationLabel(r, a)));
     table(
       body,
-      r.allocations.map((a) => [
-        a.hypervisor_hostname || a.name || a.resource_id || a.host_id || JSON.stringify(a),
+      r.allocations.map((a, i) => [
+        labels[i],
         shown(fromWire(a.start_date)),
         shown(fromWire(a.end_date)),
       ]),
@@ -596,6 +616,10 @@ async function showLease(id) {
     lease.events.map((e) => [e.event_type, shown(fromWire(e.time)), e.status]),
   );
   const history = $("lease-history").tBodies[0];
+  if (!me.admin) {
+    table(history, [["", "the audit log is for admins", "", ""]]);
+    return;
+  }
   try {
     const audit = await api("GET", `/v1/audit${query({ target_id: lease.id })}`);
     table(

@@ -468,5 +468,22 @@ def test_a_phone_wide_page_does_not_scroll_sideways(
     clean(seen)
 
 
+def test_the_timeline_says_which_colour_is_whose(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin, client(live_sqlite, BOB) as bob:
+        hosts(admin, "compute-1", "compute-2")
+        created(admin.post("/v1/leases", json=lease("ops-run", minute(HOUR), minute(DAY))), "lease")
+        created(bob.post("/v1/leases", json=lease("bob-run", minute(HOUR), minute(DAY))), "lease")
+    seen = opened(browser, live_sqlite)
+    drawn(seen)
+    page = seen.page
+    entries = page.locator("#tl-projects .project")
+    expect(entries).to_have_count(2)
+    colour = "el => getComputedStyle(el).backgroundColor"
+    bar = page.locator(".vis-item.bar", has_text="bob-run").evaluate(colour)
+    swatch = entries.filter(has_text="project-b").locator(".swatch").evaluate(colour)
+    assert bar == swatch != "rgba(0, 0, 0, 0)"
+    clean(seen)
+
+
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)

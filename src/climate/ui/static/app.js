@@ -243,6 +243,7 @@ async function loadTimeline(start, end) {
   );
   const data = answer.timeline;
   tl.data = data;
+  showProjects(data);
   tl.loaded = { start: data.start * 1000, end: data.end * 1000, type };
   const groups = data.resources.map((r, i) => ({
     id: i,
@@ -273,6 +274,17 @@ async function loadTimeline(start, end) {
     });
   }
   return { groups, items, now, data };
+}
+
+// Which colour is whose: the projects of the leases loaded, each with its bars' colour.
+function showProjects(data) {
+  const box = clear($("tl-projects"));
+  const projects = [...new Set(data.leases.map((lease) => lease.project_id))].sort();
+  for (const project of projects) {
+    const entry = el("span", null, "project");
+    entry.append(el("span", null, `swatch ${projectClass(project)}`), el("span", project));
+    box.appendChild(entry);
+  }
 }
 
 function visibleWindow(hours) {

@@ -482,6 +482,9 @@ def test_the_timeline_says_which_colour_is_whose(browser: Browser, live_sqlite: 
     bar = page.locator(".vis-item.bar", has_text="bob-run").evaluate(colour)
     swatch = entries.filter(has_text="project-b").locator(".swatch").evaluate(colour)
     assert bar == swatch != "rgba(0, 0, 0, 0)"
+    page.focus("[data-lease][aria-label^='lease bob-run']")  # a bar is focusable (tabindex 0)
+    page.keyboard.press("Enter")
+    expect(page.locator("#lease-title")).to_have_text("bob-run")
     clean(seen)
 
 

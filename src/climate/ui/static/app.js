@@ -197,8 +197,22 @@ function barLabel(item) {
 
 function barTemplate(item) {
   if (item.type === "background") return el("span");
-  return el("span", barLabel(item));
+  const label = el("span", barLabel(item));
+  if (item.lease !== null) {
+    // Reachable by keyboard: Tab to a bar, Enter opens its lease.
+    const lease = tl.data.leases[item.lease];
+    label.tabIndex = 0;
+    label.setAttribute("role", "link");
+    label.dataset.lease = lease.id;
+    label.setAttribute("aria-label", `lease ${lease.name}, ${lease.status}`);
+  }
+  return label;
 }
+
+$("timeline").addEventListener("keydown", (event) => {
+  const lease = event.target.dataset?.lease;
+  if (event.key === "Enter" && lease) location.hash = `#/lease/${encodeURIComponent(lease)}`;
+});
 
 function tooltip(item) {
   const box = el("div", null, "tip");

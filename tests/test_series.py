@@ -433,6 +433,8 @@ def test_series_commands(live_sqlite: LiveServer) -> None:
     table = run("series", "show", series["id"], *as_a).stdout
     assert "cli-series" in table and "occurrence" in table
     assert run_json("series", "show", series["id"], *as_a)["series"]["id"] == series["id"]
+    # By name: the list it is found in is never paged (a marker used to loop on it forever).
+    assert run_json("series", "show", "cli-series", *as_a)["series"]["id"] == series["id"]
     refused = run(
         "series",
         "create",

@@ -60,16 +60,21 @@ class ApiClient:
         return response.status_code, response.json() if response.status_code == 200 else None
 
     def every(self, path: str, key: str, **query: str) -> list[dict[str, Any]]:
-        """Every object of a list, page after page (``marker``: the last id of a page)."""
+        """Every object of a list, page after page (``marker``: the last id of a page), until
+        a page brings nothing new: an empty one, or the same again from a list that is never
+        paged (``/lease-series`` answers all of it whatever the marker)."""
         found: list[dict[str, Any]] = []
+        seen: set[str] = set()
         marker = None
         while True:
             page_query = {**query, **({"marker": marker} if marker else {})}
             page = self.call("GET", f"{path}?{urlencode(page_query)}" if page_query else path)
             rows: list[dict[str, Any]] = page[key]
-            if not rows:
+            fresh = [row for row in rows if str(row["id"]) not in seen]
+            if not fresh:
                 return found
-            found += rows
+            found += fresh
+            seen.update(str(row["id"]) for row in fresh)
             marker = str(rows[-1]["id"])
 
 

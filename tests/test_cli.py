@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
+import http.server
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from climate.config import Settings
@@ -152,6 +156,48 @@ def test_lease_commands(live_sqlite: LiveServer) -> None:
 def test_client_reports_an_unreachable_server() -> None:
     done = run("lease", "list", "--url", "http://127.0.0.1:9", ok=False)
     assert "cannot reach" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_update_refused_prints_the_changes_offered(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    run("host", "create", "compute-0", *url)
+    t0 = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) + dt.timedelta(days=1)
+    hour = dt.timedelta(hours=1)
+    first = run_json("lease", "create", "first", "--start", fmt(t0), "--end", fmt(t0 + hour), *url)
+    run_json(
+        "lease", "create", "next", "--start", fmt(t0 + 2 * hour), "--end", fmt(t0 + 3 * hour), *url
+    )
+    refused = run("lease", "update", first["id"], "--end", fmt(t0 + 4 * hour), *url, ok=False)
+    assert "error (409)" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    offered = [line.strip() for line in refused.stderr.splitlines() if line.startswith("  ")]
+    assert offered and all("--end" in line for line in offered), refused.stderr
+    assert not any("--min" in line for line in offered)  # an update's offer changes dates only
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly(live_sqlite: LiveServer) -> None:
+    with httpx.Client(base_url=live_sqlite.url) as api:
+        for i in range(3):
+            assert api.post("/v1/os-hosts", json={"name": f"compute-{i}"}).is_success
+    # ``true`` reads nothing and is gone long before the command has its answer to write.
+    shell = f"{CLIMATE} host list -f json --url {live_sqlite.url} | true"
+    done = subprocess.run(
+        ["bash", "-c", f"{shell}; exit ${{PIPESTATUS[0]}}"],
+        capture_output=True, text=True, env=_env(), timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
+
+
+def test_an_address_that_is_not_climate_is_named_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "os-hosts").write_text("<html><body>a web server</body></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"http://127.0.0.1:{server.server_address[1]}"
+        done = run("host", "list", "--url", address, ok=False)
+        server.shutdown()
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "no JSON (is it Climate?)" in done.stderr and "a web server" in done.stderr
 
 
 def test_db_upgrade_and_current(tmp_path: Path) -> None:

@@ -313,7 +313,7 @@ def register(sub: Any) -> None:
         p.add_argument("lease", help=LEASE_REF)
         add_client_options(p)
     p = lease_actions.add_parser("create", help="reserve hosts or other resources for a window")
-    p.add_argument("name", help="the lease's name (need not be unique)")
+    p.add_argument("name", help="the lease's name (unique among the project's live leases)")
     p.add_argument("--start", default="now", help=f"'now' (the default) or {DATE_HELP}")
     p.add_argument(
         "--end", help=f"{DATE_HELP}; required unless --duration and --latest-end are given"

@@ -46,9 +46,17 @@ class ApiClient:
                 message = printable(str(error.get("error_message", response.text)))
                 message += counter_offers(error)
             except (ValueError, AttributeError):
-                message = printable(response.text)
+                message = printable(_first_line(response.text))
             raise SystemExit(f"error ({response.status_code}): {message}")
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise SystemExit(
+                f"error: {self.http.base_url} answered {response.status_code} with no JSON "
+                f"(is it Climate?): {printable(_first_line(response.text))}"
+            ) from None
 
     def lookup(self, path: str) -> tuple[int, Any]:
         """``GET path``'s status and body, never failing (for optional details such as names;
@@ -261,3 +269,9 @@ def _summary(found: dict[str, Any]) -> str:
 
 def path_of(kind: Kind, ident: str) -> str:
     return f"{kind.path}/{quote(ident, safe='')}"
+
+
+def _first_line(text: str, most: int = 200) -> str:
+    """What a page that is not Climate's answered, cut to a line."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= most else line[:most] + "..."

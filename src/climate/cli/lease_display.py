@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING, Any
 
 from climate.cli.output import describe_reservation, emit, printable, record, show_date, table
@@ -61,16 +62,26 @@ def show_lease(args: argparse.Namespace, api: ApiClient, lease: dict[str, Any]) 
 
 
 def counter_offers(error: dict[str, Any]) -> str:
-    """A refusal's counter-offers, one line each, as options of ``lease create``."""
+    """A refusal's counter-offers, one line each, as options of the command refused: what a
+    creation's offer asks for, or what an update's offer changes (its dates, its amounts)."""
     lines = []
     for offer in error.get("offers") or []:
         lease = offer["lease"]
-        asked = reservation_options(lease["reservations"])
+        parts = [
+            f"--{option} '{show_date(lease[key])}'"
+            for option, key in (("start", "start_date"), ("end", "end_date"))
+            if key in lease
+        ]
+        reservations = lease.get("reservations") or []
+        if all("resource_type" in r for r in reservations):
+            parts.append(reservation_options(reservations))
+        else:  # an update's: the reservations it changes, by id
+            parts += [f"reservation {r.get('id')}: {json.dumps(r)}" for r in reservations]
         below = " (less than asked)" if offer["below_request"] else ""
-        start, end = show_date(lease["start_date"]), show_date(lease["end_date"])
-        lines.append(
-            printable(f"  {offer['kind']}: --start '{start}' --end '{end}' {asked}{below}")
-        )
+        lines.append(printable(f"  {offer['kind']}: {' '.join(p for p in parts if p)}{below}"))
     if not lines:
         return ""
-    return "\nthese would fit (each is also a lease body to POST as is):\n" + "\n".join(lines)
+    return (
+        "\nthese would fit (each is also the request's body, in the API's answer):\n"
+        + "\n".join(lines)
+    )

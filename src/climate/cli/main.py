@@ -344,5 +344,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             _import_blazar(args)
         else:
             args.func(args)
+            sys.stdout.flush()  # here, where a reader gone away is caught below, not at exit
     except ClimateError as exc:
         sys.exit(f"error: {exc.message}")
+    except BrokenPipeError:
+        # The reader went away (``| head``): what it read is all it wanted. Python would report
+        # the pipe again when it flushes stdout at exit, so stdout goes to /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

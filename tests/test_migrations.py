@@ -32,6 +32,23 @@ def test_database_is_at_head_and_upgrade_again_is_a_no_op(db: Database) -> None:
     assert locks == ["admission", "calendar_pruned", "inventory"]
 
 
+def test_the_series_index_holds_only_leases_of_a_series(db: Database) -> None:
+    # Every admission wrote a page of the whole-table index, for leases with no series.
+    catalog = {
+        "sqlite": "SELECT sql FROM sqlite_master WHERE name = 'ix_leases_series'",
+        "postgresql": "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_leases_series'",
+    }[db.dialect]
+    with db.reader() as session:
+        definition = session.execute(text(catalog)).scalar_one()
+    assert "WHERE series_id IS NOT NULL" in definition.replace("(", "").replace(")", "")
+    if db.dialect == "sqlite":
+        with db.reader() as session:
+            plan = session.execute(
+                text("EXPLAIN QUERY PLAN SELECT id FROM leases WHERE series_id = 'x'")
+            ).all()
+        assert "USING INDEX ix_leases_series" in " ".join(str(row[-1]) for row in plan)
+
+
 def test_the_database_keeps_a_live_lease_name_to_one_lease_of_its_project(db: Database) -> None:
     def lease(project: str, deleted: dt.datetime | None = None) -> Lease:
         at = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)

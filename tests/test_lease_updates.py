@@ -205,6 +205,16 @@ def test_an_ended_lease_can_be_renamed_and_nothing_else(
     assert (renamed.name, renamed.status, renamed.end_date) == ("late", "TERMINATED", T0 + HOUR)
     with pytest.raises(InvalidInput, match="Terminated leases can only be renamed"):
         leases.update(ALICE, lease.id, LeaseChanges(name="later", end=T0 + 3 * HOUR))
+    # A new start is refused as for any lease that started, as Blazar does (it looks at the
+    # start first): `blazar lease-update --defer-by 1h` says so.
+    for moved in (
+        LeaseChanges(start=T0 + 2 * HOUR, end=T0 + 3 * HOUR),
+        LeaseChanges(start_now=True),
+    ):
+        with pytest.raises(
+            InvalidInput, match="Cannot modify the start date of already started leases"
+        ):
+            leases.update(ALICE, lease.id, moved)
     assert leases.get(ALICE, lease.id).name == "late"
 
 

@@ -248,6 +248,27 @@ def test_a_started_lease_keeps_its_start_and_may_end_now(
     assert leases.get(ALICE, lease.id).status == "TERMINATED"
 
 
+def test_a_started_lease_given_the_current_minute_as_its_end_ends_now(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    """As Blazar, which compares an end with "now" to the minute: `blazar lease-update
+    --end-date "$(date -u '+%Y-%m-%d %H:%M')"` (the CLI takes minutes, not "now") ends a running
+    lease now; the minute before is still refused."""
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 3 * HOUR))
+    now = T0 + HOUR + 30 * dt.timedelta(seconds=1)
+    clock.set(now)
+    manager.run_due()
+    with pytest.raises(InvalidInput, match="End date must be later than current and start date"):
+        leases.update(ALICE, lease.id, LeaseChanges(end=T0 + HOUR - MINUTE))
+    ended = leases.update(ALICE, lease.id, LeaseChanges(end=T0 + HOUR))
+    assert ended.end_date == now
+    assert {e.event_type: e.time for e in ended.events}["end_lease"] == now
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "TERMINATED"
+
+
 def test_a_lease_not_started_cannot_end_now(hosts: HostService, leases: LeaseService) -> None:
     add_hosts(hosts, 1)
     lease = leases.create(ALICE, host_request("l", T0 + HOUR, T0 + 2 * HOUR))

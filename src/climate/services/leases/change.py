@@ -222,11 +222,15 @@ class Changing(LeaseBase):
         elif changes.end is not None:
             end = changes.end
             if active and end <= now:
-                raise InvalidInput(
-                    "end_date",
-                    "End date must be later than current and start date (a running lease "
-                    "ends in the future, or now)",
-                )
+                # Blazar compares with "now" to the minute, the CLI's precision: a running
+                # lease given the current minute (`blazar lease-update --end-date`) ends now.
+                if end < now.replace(second=0, microsecond=0):
+                    raise InvalidInput(
+                        "end_date",
+                        "End date must be later than current and start date (a running lease "
+                        "ends in the future, or now)",
+                    )
+                end = now
         lease_rules.check_window(start, end, "End date must be later than current and start date")
         return start, end
 

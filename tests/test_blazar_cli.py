@@ -314,6 +314,25 @@ def test_lease_commands(blazar: Blazar, api: httpx.Client) -> None:
     assert [lease["name"] for lease in remaining] == ["now-lease"]
 
 
+def test_a_running_lease_given_the_current_minute_as_its_end_ends_now(
+    blazar: Blazar, api: httpx.Client
+) -> None:
+    """The CLI takes dates to the minute and refuses "now" as an end: Blazar, comparing with
+    "now" to the minute too, takes the current minute as "end it now", and so does Climate."""
+    add_host(api, "node-1")
+    lease = add_lease(api, "running", "now", minute(dt.timedelta(hours=1)))
+    wait_for_status(blazar, "running", "ACTIVE")
+    if dt.datetime.now(dt.UTC).second > 50:  # the minute given must still be the current one
+        time.sleep(11)
+    this_minute = minute(dt.timedelta())
+    assert "Updated lease: running" in blazar.ok(
+        "lease-update", "--end-date", cli_date(this_minute), "running"
+    )
+    ended = parse_lease_date(api_lease(api, lease["id"])["end_date"])
+    assert this_minute <= ended <= dt.datetime.now(dt.UTC)
+    wait_for_status(blazar, "running", "TERMINATED")
+
+
 def test_lease_that_cannot_fit_is_refused(blazar: Blazar, api: httpx.Client) -> None:
     add_host(api, "node-1")
     add_host(api, "node-2")

@@ -205,6 +205,16 @@ def test_an_ended_lease_can_be_renamed_and_nothing_else(
     assert (renamed.name, renamed.status, renamed.end_date) == ("late", "TERMINATED", T0 + HOUR)
     with pytest.raises(InvalidInput, match="Terminated leases can only be renamed"):
         leases.update(ALICE, lease.id, LeaseChanges(name="later", end=T0 + 3 * HOUR))
+    # A new start is refused as for any lease that started, as Blazar does (it looks at the
+    # start first): `blazar lease-update --defer-by 1h` says so.
+    for moved in (
+        LeaseChanges(start=T0 + 2 * HOUR, end=T0 + 3 * HOUR),
+        LeaseChanges(start_now=True),
+    ):
+        with pytest.raises(
+            InvalidInput, match="Cannot modify the start date of already started leases"
+        ):
+            leases.update(ALICE, lease.id, moved)
     assert leases.get(ALICE, lease.id).name == "late"
 
 
@@ -234,6 +244,27 @@ def test_a_started_lease_keeps_its_start_and_may_end_now(
         leases.update(ALICE, lease.id, LeaseChanges(end=T0 + HOUR / 2))
     ended = leases.update(ALICE, lease.id, LeaseChanges(end_now=True))
     assert ended.end_date == T0 + HOUR
+    manager.run_due()
+    assert leases.get(ALICE, lease.id).status == "TERMINATED"
+
+
+def test_a_started_lease_given_the_current_minute_as_its_end_ends_now(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    """As Blazar, which compares an end with "now" to the minute: `blazar lease-update
+    --end-date "$(date -u '+%Y-%m-%d %H:%M')"` (the CLI takes minutes, not "now") ends a running
+    lease now; the minute before is still refused."""
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 3 * HOUR))
+    now = T0 + HOUR + 30 * dt.timedelta(seconds=1)
+    clock.set(now)
+    manager.run_due()
+    with pytest.raises(InvalidInput, match="End date must be later than current and start date"):
+        leases.update(ALICE, lease.id, LeaseChanges(end=T0 + HOUR - MINUTE))
+    ended = leases.update(ALICE, lease.id, LeaseChanges(end=T0 + HOUR))
+    assert ended.end_date == now
+    assert {e.event_type: e.time for e in ended.events}["end_lease"] == now
     manager.run_due()
     assert leases.get(ALICE, lease.id).status == "TERMINATED"
 

@@ -120,6 +120,9 @@ class Changing(LeaseBase):
         before = window(lease)
         active = started(lease, held)
         if lease.status == LeaseStatus.TERMINATED:
+            # As Blazar, which looks at a new start before the end: an ended lease started.
+            if _moves_start(lease, changes):
+                raise _started_error(lease)
             raise InvalidInput(
                 "body", f"Terminated leases can only be renamed (lease {lease.id} has ended)"
             )
@@ -209,13 +212,9 @@ class Changing(LeaseBase):
         """The lease's window after ``changes``: a running lease's start stays, its end must
         be in the future."""
         start, end = lease.start_date, lease.end_date
-        moved = changes.start_now or changes.start not in (None, lease.start_date)
+        moved = _moves_start(lease, changes)
         if moved and active:
-            raise InvalidInput(
-                "start_date",
-                "Cannot modify the start date of already started leases (lease "
-                f"{lease.id} started at {lease.start_date.isoformat()})",
-            )
+            raise _started_error(lease)
         if moved:
             start = lease_rules.check_start(None if changes.start_now else changes.start, now)
         if changes.end_now:
@@ -223,11 +222,15 @@ class Changing(LeaseBase):
         elif changes.end is not None:
             end = changes.end
             if active and end <= now:
-                raise InvalidInput(
-                    "end_date",
-                    "End date must be later than current and start date (a running lease "
-                    "ends in the future, or now)",
-                )
+                # Blazar compares with "now" to the minute, the CLI's precision: a running
+                # lease given the current minute (`blazar lease-update --end-date`) ends now.
+                if end < now.replace(second=0, microsecond=0):
+                    raise InvalidInput(
+                        "end_date",
+                        "End date must be later than current and start date (a running lease "
+                        "ends in the future, or now)",
+                    )
+                end = now
         lease_rules.check_window(start, end, "End date must be later than current and start date")
         return start, end
 
@@ -440,4 +443,16 @@ def _reshape(
         active,
         tuple(Reshaped(r.id, r.resource_type, dict(r.params), sent.get(r.id)) for r in live),
         lease.name,
+    )
+
+
+def _moves_start(lease: Lease, changes: LeaseChanges) -> bool:
+    return changes.start_now or changes.start not in (None, lease.start_date)
+
+
+def _started_error(lease: Lease) -> InvalidInput:
+    return InvalidInput(
+        "start_date",
+        "Cannot modify the start date of already started leases (lease "
+        f"{lease.id} started at {lease.start_date.isoformat()})",
     )

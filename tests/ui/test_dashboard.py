@@ -238,6 +238,52 @@ def test_a_member_sees_another_projects_booking_only_as_busy(
         clean(seen)
 
 
+def test_a_member_s_pages_ask_nothing_that_is_refused(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    """Whether the caller is an admin comes from ``GET /v1/policy/caller``: no admin's call is
+    tried (a 403, and an error in the console) to find out."""
+    with token_server(settings, sqlite_url) as server:
+        ops = issue(server, "ops", "ops", ["admin"])
+        alice = issue(server, "alice", "project-a", ["member"])
+        with client(server, {"X-Auth-Token": ops}) as admin:
+            hosts(admin, "compute-1")
+        with client(server, {"X-Auth-Token": alice}) as member:
+            mine = created(
+                member.post("/v1/leases", json=lease("alice-run", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = opened(browser, server)
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        assert seen.failed == []  # no token: the page knows it must ask for one, unrefused
+        page.fill("#token-input", alice)
+        page.click("#login-form button[type=submit]")
+        drawn(seen)
+        expect(page.locator("#who")).to_have_text("project member")
+        expect(page.locator("#nav-admin")).to_be_hidden()
+        page.click("a[data-view=leases]")
+        expect(page.locator("#lease-table tbody tr")).to_have_count(1)
+        expect(page.locator("#filter-project")).to_be_hidden()
+        page.goto(f"{server.url}/ui/#/lease/{mine['id']}")
+        expect(page.locator("#lease-title")).to_have_text("alice-run")
+        expect(page.locator("#lease-history")).to_contain_text("the audit log is for admins")
+        page.click("a[data-view=new]")
+        expect(page.locator("#new-name")).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        assert seen.failed == []
+        clean(seen)
+        admin_seen = opened(browser, server)
+        admin_page = admin_seen.page
+        admin_page.fill("#token-input", ops)
+        admin_page.click("#login-form button[type=submit]")
+        drawn(admin_seen)
+        expect(admin_page.locator("#who")).to_have_text("admin")
+        expect(admin_page.locator("#nav-admin")).to_be_visible()
+        assert admin_seen.failed == []
+        clean(admin_seen)
+
+
 def test_markup_in_names_is_shown_as_text(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         created(admin.post("/v1/os-hosts", json={"name": "compute-1", "note": MARKUP}), "host")

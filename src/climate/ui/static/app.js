@@ -135,7 +135,7 @@ function link(text, href) {
 
 // -- who is calling ---------------------------------------------------------------------------
 
-const me = { admin: false };
+const me = { admin: false, allowed: new Set() };
 
 function showLogin() {
   for (const view of document.querySelectorAll(".view")) view.hidden = true;
@@ -143,15 +143,20 @@ function showLogin() {
   $("token-input").focus();
 }
 
+// Who is calling, from the policy (``GET /v1/policy/caller``): no call is tried to see whether
+// it fails. False when a token is needed and none (or a refused one) was given.
 async function identify() {
+  let caller;
   try {
-    await api("GET", "/v1/os-hosts?limit=1");
-    me.admin = true;
+    ({ caller } = await api("GET", "/v1/policy/caller"));
   } catch (error) {
     if (error.status === 401) return false;
-    me.admin = false;
+    throw error;
   }
-  $("nav-admin").hidden = !me.admin;
+  if (!caller) return false;
+  me.admin = caller.admin;
+  me.allowed = new Set(caller.allowed);
+  $("nav-admin").hidden = !me.allowed.has("blazar:oshosts:get");
   for (const node of document.querySelectorAll(".admin-only")) node.hidden = !me.admin;
   $("who").textContent = me.admin ? "admin" : "project member";
   $("logout").hidden = !sessionStorage.getItem(TOKEN_KEY);
@@ -554,12 +559,12 @@ $("lease-filters").addEventListener("submit", (event) => {
 
 const current = { lease: null };
 
-// Host names by id, for admins (who may list hosts): allocations name their host by id. Read
+// Host names by id, for those who may list hosts (admins): allocations name their host by id. Read
 // once per lease page shown, however many allocations ask.
 let hostNames = null;
 
 function hostName(id) {
-  if (!me.admin) return Promise.resolve(null);
+  if (!me.allowed.has("blazar:oshosts:get")) return Promise.resolve(null);
   hostNames ??= api("GET", "/v1/os-hosts").then(
     (answer) => new Map(answer.hosts.map((h) => [String(h.id), h.hypervisor_hostname])),
   );
@@ -642,7 +647,7 @@ async function showLease(id) {
     lease.events.map((e) => [e.event_type, shown(fromWire(e.time)), e.status]),
   );
   const history = $("lease-history").tBodies[0];
-  if (!me.admin) {
+  if (!me.allowed.has("climate:audit:get")) {
     table(history, [["", "the audit log is for admins", "", ""]]);
     return;
   }
@@ -967,7 +972,7 @@ function route() {
   } else if (view === "new") {
     show("new");
     resetNewForm();
-  } else if (view === "admin" && me.admin) {
+  } else if (view === "admin" && me.allowed.has("blazar:oshosts:get")) {
     show("admin");
     showAdmin().catch(failed);
   } else {

@@ -284,6 +284,28 @@ def test_a_member_s_pages_ask_nothing_that_is_refused(
         clean(admin_seen)
 
 
+def test_without_a_token_every_view_waits_behind_the_token_form(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        alice = issue(server, "alice", "project-a", ["member"])
+        seen = opened(browser, server, "#/leases")
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        for view in ("new", "timeline", "leases"):
+            page.click(f"a[data-view={view}]")
+            expect(page.locator("#login")).to_be_visible()
+            expect(page.locator(".view:not([hidden])")).to_have_count(0)
+        page.wait_for_load_state("networkidle")
+        assert seen.failed == []  # nothing asked that needs the token not yet given
+        page.fill("#token-input", alice)
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#lease-table")).to_be_visible()  # the view last asked for
+        expect(page.locator("#login")).to_be_hidden()
+        assert seen.failed == []
+        clean(seen)
+
+
 def test_markup_in_names_is_shown_as_text(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         created(admin.post("/v1/os-hosts", json={"name": "compute-1", "note": MARKUP}), "host")

@@ -135,9 +135,11 @@ function link(text, href) {
 
 // -- who is calling ---------------------------------------------------------------------------
 
-const me = { admin: false, allowed: new Set() };
+// ``known``: the caller is identified; until then every view waits behind the token form.
+const me = { known: false, admin: false, allowed: new Set() };
 
 function showLogin() {
+  me.known = false;
   for (const view of document.querySelectorAll(".view")) view.hidden = true;
   $("login").hidden = false;
   $("token-input").focus();
@@ -154,6 +156,7 @@ async function identify() {
     throw error;
   }
   if (!caller) return false;
+  me.known = true;
   me.admin = caller.admin;
   me.allowed = new Set(caller.allowed);
   $("nav-admin").hidden = !me.allowed.has("blazar:oshosts:get");
@@ -951,6 +954,11 @@ function failed(error) {
 }
 
 function route() {
+  if (!me.known) {
+    // No token yet (or one refused): the views, and their calls, wait for one.
+    showLogin();
+    return;
+  }
   const hash = location.hash || "#/timeline";
   const [, view, id] = hash.match(/^#\/([a-z]+)(?:\/(.+))?$/) || [null, "timeline"];
   for (const section of document.querySelectorAll(".view")) section.hidden = true;
@@ -1002,4 +1010,4 @@ window.addEventListener("hashchange", route);
 (async () => {
   if (await identify()) route();
   else showLogin();
-})();
+})().catch(failed);

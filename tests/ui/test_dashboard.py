@@ -306,6 +306,41 @@ def test_without_a_token_every_view_waits_behind_the_token_form(
         clean(seen)
 
 
+def test_a_reader_is_offered_no_change_the_policy_refuses(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        ops = issue(server, "ops", "ops", ["admin"])
+        alice = issue(server, "alice", "project-a", ["member"])
+        rita = issue(server, "rita", "project-a", ["reader"])
+        with client(server, {"X-Auth-Token": ops}) as admin:
+            hosts(admin, "compute-1")
+        with client(server, {"X-Auth-Token": alice}) as member:
+            theirs = created(
+                member.post("/v1/leases", json=lease("team-run", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = opened(browser, server)
+        page = seen.page
+        page.fill("#token-input", rita)
+        page.click("#login-form button[type=submit]")
+        drawn(seen)
+        expect(page.locator("#who")).to_have_text("project reader (read only)")
+        expect(page.locator("#nav-new")).to_be_hidden()
+        page.goto(f"{server.url}/ui/#/lease/{theirs['id']}")
+        expect(page.locator("#lease-title")).to_have_text("team-run")
+        for button in ("#lease-extend", "#lease-shrink", "#lease-save", "#lease-delete"):
+            expect(page.locator(button)).to_be_disabled()
+        page.goto(f"{server.url}/ui/#/new")
+        expect(page.locator("#status")).to_contain_text("blazar:leases:post")
+        expect(page.locator("#new-create")).to_be_disabled()
+        page.wait_for_load_state("networkidle")
+        assert seen.failed == []
+        clean(seen)
+        with client(server, {"X-Auth-Token": alice}) as member:
+            assert member.get(f"/v1/leases/{theirs['id']}").status_code == 200
+
+
 def test_markup_in_names_is_shown_as_text(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         created(admin.post("/v1/os-hosts", json={"name": "compute-1", "note": MARKUP}), "host")

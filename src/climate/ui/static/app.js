@@ -160,8 +160,13 @@ async function identify() {
   me.admin = caller.admin;
   me.allowed = new Set(caller.allowed);
   $("nav-admin").hidden = !me.allowed.has("blazar:oshosts:get");
+  $("nav-new").hidden = !me.allowed.has("blazar:leases:post");
   for (const node of document.querySelectorAll(".admin-only")) node.hidden = !me.admin;
-  $("who").textContent = me.admin ? "admin" : "project member";
+  $("who").textContent = me.admin
+    ? "admin"
+    : me.allowed.has("blazar:leases:post")
+      ? "project member"
+      : "project reader (read only)";
   $("logout").hidden = !sessionStorage.getItem(TOKEN_KEY);
   return true;
 }
@@ -594,7 +599,15 @@ async function showLease(id) {
   hostNames = null;
   const { lease } = await api("GET", `/v1/leases/${encodeURIComponent(id)}`);
   current.lease = lease;
-  for (const node of $("lease-update").elements) node.disabled = false;
+  // Only what the policy lets the caller do (a reader reads): no button that is refused.
+  const may = {
+    "blazar:leases:put": ["lease-start", "lease-end", "lease-save", "lease-extend", "lease-shrink"],
+    "blazar:leases:delete": ["lease-delete"],
+    "climate:leases:confirm": ["lease-confirm"],
+  };
+  for (const [rule, ids] of Object.entries(may)) {
+    for (const id of ids) $(id).disabled = !me.allowed.has(rule);
+  }
   $("lease-title").textContent = lease.name;
   const fields = clear($("lease-fields"));
   for (const key of ["id", "status", "status_reason", "project_id", "user_id", "lease_type"]) {
@@ -980,6 +993,9 @@ function route() {
   } else if (view === "new") {
     show("new");
     resetNewForm();
+    const refused = !me.allowed.has("blazar:leases:post");
+    for (const node of $("new-lease").elements) node.disabled = refused;
+    if (refused) say("your roles do not allow creating leases (blazar:leases:post)", "error");
   } else if (view === "admin" && me.allowed.has("blazar:oshosts:get")) {
     show("admin");
     showAdmin().catch(failed);

@@ -571,6 +571,22 @@ def test_a_phone_wide_page_does_not_scroll_sideways(
     clean(seen)
 
 
+def test_a_wide_inventory_scrolls_inside_its_table_on_a_desktop(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    extra = {f"property_{i}": f"a-rather-long-value-number-{i}" for i in range(12)}
+    with client(live_sqlite) as admin:
+        made = admin.post("/v1/os-hosts", json={"name": "compute-1", "vcpus": 8, **extra})
+        created(made, "host")
+    seen = opened(browser, live_sqlite, "#/admin", width=1280)
+    page = seen.page
+    expect(page.locator("#admin-table tbody tr")).to_have_count(1)
+    table = page.locator("#admin-table")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # the page does not,
+    assert table.evaluate("t => t.scrollWidth > t.clientWidth")  # the table scrolls sideways
+    clean(seen)
+
+
 def test_the_timeline_says_which_colour_is_whose(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin, client(live_sqlite, BOB) as bob:
         hosts(admin, "compute-1", "compute-2")

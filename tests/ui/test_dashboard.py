@@ -519,6 +519,37 @@ def test_floating_ips_are_booked_from_their_network(
     clean(seen)
 
 
+def test_instances_are_booked_from_the_form(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin:
+        size = {"vcpus": 8, "memory_mb": 16384, "local_gb": 200}
+        created(admin.post("/v1/os-hosts", json={"name": "compute-1", **size}), "host")
+    seen = opened(browser, live_sqlite, "#/new")
+    page = seen.page
+    expect(page.locator("#new-vcpus")).to_be_hidden()
+    page.select_option("#new-type", "virtual:instance")
+    page.fill("#new-name", "two-vms")
+    page.fill("#new-count", "2")
+    page.fill("#new-vcpus", "2")
+    page.fill("#new-memory", "2048")
+    page.fill("#new-disk", "20")
+    page.select_option("#new-affinity", "true")
+    page.fill("#new-start", field(minute(HOUR)))
+    page.fill("#new-end", field(minute(3 * HOUR)))
+    page.click("#new-suggest")
+    expect(page.locator("#new-windows li").first).to_contain_text("UTC")
+    page.click("#new-create")
+    expect(page.locator("#lease-title")).to_have_text("two-vms")
+    reservations = page.locator("#lease-reservations")
+    expect(reservations).to_contain_text("virtual:instance")
+    expect(reservations.locator(".allocations tbody")).to_contain_text("compute-1 × 2")
+    with client(live_sqlite) as admin:
+        [made] = admin.get("/v1/leases").json()["leases"]
+    [reservation] = made["reservations"]
+    assert (reservation["vcpus"], reservation["memory_mb"], reservation["disk_gb"]) == (2, 2048, 20)
+    assert reservation["affinity"] is True
+    clean(seen)
+
+
 def test_a_held_lease_is_confirmed_from_its_page(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         hosts(admin, "compute-1")

@@ -828,6 +828,18 @@ function newReservation() {
   if (type === "virtual:floatingip") {
     return { resource_type: type, amount: count, network_id: $("new-network").value.trim() };
   }
+  if (type === "virtual:instance") {
+    const affinity = $("new-affinity").value;
+    return {
+      resource_type: type,
+      amount: count,
+      vcpus: Number($("new-vcpus").value),
+      memory_mb: Number($("new-memory").value),
+      disk_gb: Number($("new-disk").value),
+      affinity: affinity === "" ? null : affinity === "true",
+      resource_properties: properties,
+    };
+  }
   const reservation = { resource_type: type, min: count, max: count, resource_properties: properties };
   if (type === "physical:host") reservation.hypervisor_properties = "";
   return reservation;
@@ -838,6 +850,11 @@ $("new-type").addEventListener("change", () => {
   $("new-network-field").hidden = !ips;
   $("new-network").required = ips;
   $("new-properties").closest("label").hidden = ips;
+  const instances = $("new-type").value === "virtual:instance";
+  for (const label of document.querySelectorAll("#new-lease .instance-only")) {
+    label.hidden = !instances;
+    for (const input of label.querySelectorAll("input")) input.required = instances;
+  }
 });
 
 function newLeaseBody(start, end) {

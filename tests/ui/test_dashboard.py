@@ -519,6 +519,31 @@ def test_floating_ips_are_booked_from_their_network(
     clean(seen)
 
 
+def test_a_date_left_empty_is_named_and_nothing_is_asked(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+        made = created(
+            admin.post("/v1/leases", json=lease("dated", minute(HOUR), minute(DAY))), "lease"
+        )
+    seen = opened(browser, live_sqlite, f"#/lease/{made['id']}")
+    page = seen.page
+    expect(page.locator("#lease-title")).to_have_text("dated")
+    page.fill("#lease-end", "")
+    page.click("#lease-save")
+    expect(page.locator("#status")).to_have_text("end_date: a date and time is needed (UTC)")
+    page.click("a[data-view=new]")
+    page.fill("#new-start", "")
+    page.click("#new-suggest")
+    expect(page.locator("#status")).to_have_text("start_date: a date and time is needed (UTC)")
+    page.wait_for_load_state("networkidle")
+    assert seen.failed == []  # no bogus date (2000-01-01) sent to be refused
+    with client(live_sqlite) as admin:
+        assert admin.get(f"/v1/leases/{made['id']}").json()["lease"]["end_date"] == made["end_date"]
+    clean(seen)
+
+
 def test_instances_are_booked_from_the_form(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         size = {"vcpus": 8, "memory_mb": 16384, "local_gb": 200}

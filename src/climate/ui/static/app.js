@@ -95,8 +95,16 @@ function toInput(date) {
   return date.toISOString().slice(0, 16);
 }
 
-function fromInput(value) {
-  return new Date(`${value}:00Z`);
+// A date field left empty (or not a date) is said at once, naming the API's field: parsed as
+// it is, ":00Z" is 2000-01-01 to the browser, and the server would be asked about that date.
+class InputError extends Error {}
+
+function fromInput(value, field) {
+  const date = new Date(`${value}:00Z`);
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) || Number.isNaN(date.valueOf())) {
+    throw new InputError(`${field}: a date and time is needed (UTC)`);
+  }
+  return date;
 }
 
 function toApi(date) {
@@ -713,8 +721,15 @@ $("lease-update").addEventListener("submit", (event) => {
   const changes = {};
   const lease = current.lease;
   if (!lease) return;
-  const start = fromInput($("lease-start").value);
-  const end = fromInput($("lease-end").value);
+  let start;
+  let end;
+  try {
+    start = fromInput($("lease-start").value, "start_date");
+    end = fromInput($("lease-end").value, "end_date");
+  } catch (error) {
+    failed(error);
+    return;
+  }
   if (toInput(start) !== toInput(fromWire(lease.start_date))) changes.start_date = toApi(start);
   if (toInput(end) !== toInput(fromWire(lease.end_date))) changes.end_date = toApi(end);
   if (!Object.keys(changes).length) {
@@ -888,15 +903,19 @@ async function createLease(body) {
 
 $("new-lease").addEventListener("submit", (event) => {
   event.preventDefault();
-  const start = fromInput($("new-start").value);
-  const end = fromInput($("new-end").value);
-  createLease(newLeaseBody(start, end)).catch(failed);
+  try {
+    const start = fromInput($("new-start").value, "start_date");
+    const end = fromInput($("new-end").value, "end_date");
+    createLease(newLeaseBody(start, end)).catch(failed);
+  } catch (error) {
+    failed(error);
+  }
 });
 
 $("new-suggest").addEventListener("click", async () => {
   try {
-    const start = fromInput($("new-start").value);
-    const end = fromInput($("new-end").value);
+    const start = fromInput($("new-start").value, "start_date");
+    const end = fromInput($("new-end").value, "end_date");
     const duration = Math.round((end - start) / 1000);
     const answer = await api("POST", "/v1/availability", {
       reservations: [newReservation()],
@@ -979,7 +998,7 @@ $("admin-kind").addEventListener("change", () => showAdmin().catch(failed));
 
 function failed(error) {
   // The server's refusals are shown on the page; only the page's own faults are logged.
-  if (!(error instanceof ApiError)) console.error(error);
+  if (!(error instanceof ApiError || error instanceof InputError)) console.error(error);
   if (error.status !== 401) say(error.message, "error");
 }
 

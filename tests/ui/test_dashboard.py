@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -339,6 +340,36 @@ def test_a_reader_is_offered_no_change_the_policy_refuses(
         clean(seen)
         with client(server, {"X-Auth-Token": alice}) as member:
             assert member.get(f"/v1/leases/{theirs['id']}").status_code == 200
+
+
+def test_with_a_token_the_calendar_feed_is_saved_not_refused(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        ops = issue(server, "ops", "ops", ["admin"])
+        alice = issue(server, "alice", "project-a", ["member"])
+        with client(server, {"X-Auth-Token": ops}) as admin:
+            hosts(admin, "compute-1")
+        with client(server, {"X-Auth-Token": alice}) as member:
+            created(
+                member.post("/v1/leases", json=lease("in-my-calendar", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = watched(browser, server.url)
+        page = seen.page
+        page.context.add_init_script(f"sessionStorage.setItem('climate-token', '{alice}')")
+        page.goto(f"{server.url}/ui/#/leases")
+        expect(page.locator("#lease-table tbody tr")).to_have_count(1)
+        with page.expect_download() as download:
+            page.click("#feed-link")
+        saved = download.value
+        assert saved.suggested_filename == "climate-leases.ics"
+        text = Path(saved.path()).read_text()
+        assert text.startswith("BEGIN:VCALENDAR") and "in-my-calendar" in text
+        expect(page.locator("#status")).to_have_text("calendar feed saved as climate-leases.ics")
+        assert page.url.startswith(f"{server.url}/ui/")  # still on the dashboard
+        assert seen.failed == []
+        clean(seen)
 
 
 def test_markup_in_names_is_shown_as_text(browser: Browser, live_sqlite: LiveServer) -> None:

@@ -571,6 +571,33 @@ $("lease-filters").addEventListener("submit", (event) => {
   showLeases(true).catch(failed);
 });
 
+// The feed needs the token too: followed as a link it would leave the page for a 401. With a
+// token it is fetched with it and saved; with noauth the link is the feed (and subscribable).
+$("feed-link").addEventListener("click", async (event) => {
+  if (!sessionStorage.getItem(TOKEN_KEY)) return;
+  event.preventDefault();
+  try {
+    const response = await fetch($("feed-link").href, {
+      headers: { "X-Auth-Token": sessionStorage.getItem(TOKEN_KEY) },
+    });
+    if (!response.ok) {
+      if (response.status === 401) showLogin();
+      throw new ApiError(response.status, await response.json().catch(() => null));
+    }
+    const url = URL.createObjectURL(await response.blob());
+    const save = el("a");
+    save.href = url;
+    save.download = "climate-leases.ics";
+    document.body.appendChild(save);
+    save.click();
+    save.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60e3);
+    say("calendar feed saved as climate-leases.ics", "ok");
+  } catch (error) {
+    failed(error);
+  }
+});
+
 // -- one lease --------------------------------------------------------------------------------
 
 const current = { lease: null };

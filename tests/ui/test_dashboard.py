@@ -342,6 +342,30 @@ def test_a_reader_is_offered_no_change_the_policy_refuses(
             assert member.get(f"/v1/leases/{theirs['id']}").status_code == 200
 
 
+def test_a_token_refused_for_its_scope_is_said_on_the_token_form(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    """Keystone refuses a token without a project with a 403 naming why (not a 401): the token
+    form says so, and the page raises nothing."""
+    message = "a project-scoped token is required (Blazar's rules have project scope)"
+    with token_server(settings, sqlite_url) as server:
+        seen = opened(browser, server)
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        body = {"error_code": 403, "error_message": message, "error_name": 403}
+        page.route(
+            "**/v1/policy/caller",
+            lambda route: route.fulfill(status=403, json=body),
+        )
+        page.fill("#token-input", "a-domain-scoped-keystone-token")
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#status")).to_have_text(message)
+        expect(page.locator("#login")).to_be_visible()
+        assert page.evaluate("sessionStorage.getItem('climate-token')") is None
+        assert seen.failed == ["GET /v1/policy/caller 403"]
+        clean(seen)
+
+
 def test_with_a_token_the_calendar_feed_is_saved_not_refused(
     browser: Browser, settings: Settings, sqlite_url: str
 ) -> None:

@@ -183,7 +183,16 @@ $("login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
   $("token-input").value = "";
-  if (await identify()) {
+  let known = false;
+  try {
+    known = await identify();
+  } catch (error) {
+    // Refused otherwise than unknown (a Keystone token without a project: 403): say why.
+    sessionStorage.removeItem(TOKEN_KEY);
+    failed(error);
+    return;
+  }
+  if (known) {
     $("login").hidden = true;
     route();
   } else {

@@ -284,6 +284,9 @@ def call_every_operation(call: Conformance) -> None:
     call("GET", "/v1/leases.ics", 200)
     call("GET", "/v1/leases.ics", 200, headers=MEMBER)
     call("GET", "/v1/policy/usage", 200, headers=MEMBER)
+    call("GET", "/v1/policy/caller", 200)
+    assert call("GET", "/v1/policy/caller", 200, headers=MEMBER).json()["caller"]["admin"] is False
+    call("GET", "/v1/policy/caller", 401, headers={"X-User-Id": "alice"})
     call("GET", "/v1/policy/usage", 403, params={"project_id": "project-b"}, headers=MEMBER)
     credits, ledger = "/v1/projects/{project_id}/credits", "/v1/projects/{project_id}/ledger"
     mine, theirs = {"project_id": "project-a"}, {"project_id": "project-b"}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Response, Route, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -43,6 +43,9 @@ class Watched:
     blocked: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """Uncaught exceptions and console errors other than CSP's refusal of injected styles."""
+    failed: list[str] = field(default_factory=list)
+    """Answers of 400 and above, as ``METHOD /path?query STATUS``: expected refusals (a 409
+    with offers, a 400 naming a field) are the test's to allow."""
 
     def shot(self, name: str) -> Path:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -68,6 +71,14 @@ def watched(browser: Browser, base: str, timezone: str = "UTC", width: int = 140
 
     page.route("**/*", only_climate)
     page.on("pageerror", lambda error: seen.errors.append(f"page error: {error}"))
+
+    def answered(response: Response) -> None:
+        if response.status >= 400:
+            request = response.request
+            path = response.url.removeprefix(base)
+            seen.failed.append(f"{request.method} {path} {response.status}")
+
+    page.on("response", answered)
 
     def console(message: object) -> None:
         text = getattr(message, "text", "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -238,6 +239,163 @@ def test_a_member_sees_another_projects_booking_only_as_busy(
         clean(seen)
 
 
+def test_a_member_s_pages_ask_nothing_that_is_refused(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    """Whether the caller is an admin comes from ``GET /v1/policy/caller``: no admin's call is
+    tried (a 403, and an error in the console) to find out."""
+    with token_server(settings, sqlite_url) as server:
+        ops = issue(server, "ops", "ops", ["admin"])
+        alice = issue(server, "alice", "project-a", ["member"])
+        with client(server, {"X-Auth-Token": ops}) as admin:
+            hosts(admin, "compute-1")
+        with client(server, {"X-Auth-Token": alice}) as member:
+            mine = created(
+                member.post("/v1/leases", json=lease("alice-run", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = opened(browser, server)
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        assert seen.failed == []  # no token: the page knows it must ask for one, unrefused
+        page.fill("#token-input", alice)
+        page.click("#login-form button[type=submit]")
+        drawn(seen)
+        expect(page.locator("#who")).to_have_text("project member")
+        expect(page.locator("#nav-admin")).to_be_hidden()
+        page.click("a[data-view=leases]")
+        expect(page.locator("#lease-table tbody tr")).to_have_count(1)
+        expect(page.locator("#filter-project")).to_be_hidden()
+        page.goto(f"{server.url}/ui/#/lease/{mine['id']}")
+        expect(page.locator("#lease-title")).to_have_text("alice-run")
+        expect(page.locator("#lease-history")).to_contain_text("the audit log is for admins")
+        page.click("a[data-view=new]")
+        expect(page.locator("#new-name")).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        assert seen.failed == []
+        clean(seen)
+        admin_seen = opened(browser, server)
+        admin_page = admin_seen.page
+        admin_page.fill("#token-input", ops)
+        admin_page.click("#login-form button[type=submit]")
+        drawn(admin_seen)
+        expect(admin_page.locator("#who")).to_have_text("admin")
+        expect(admin_page.locator("#nav-admin")).to_be_visible()
+        assert admin_seen.failed == []
+        clean(admin_seen)
+
+
+def test_without_a_token_every_view_waits_behind_the_token_form(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        alice = issue(server, "alice", "project-a", ["member"])
+        seen = opened(browser, server, "#/leases")
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        for view in ("new", "timeline", "leases"):
+            page.click(f"a[data-view={view}]")
+            expect(page.locator("#login")).to_be_visible()
+            expect(page.locator(".view:not([hidden])")).to_have_count(0)
+        page.wait_for_load_state("networkidle")
+        assert seen.failed == []  # nothing asked that needs the token not yet given
+        page.fill("#token-input", alice)
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#lease-table")).to_be_visible()  # the view last asked for
+        expect(page.locator("#login")).to_be_hidden()
+        assert seen.failed == []
+        clean(seen)
+
+
+def test_a_reader_is_offered_no_change_the_policy_refuses(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        ops = issue(server, "ops", "ops", ["admin"])
+        alice = issue(server, "alice", "project-a", ["member"])
+        rita = issue(server, "rita", "project-a", ["reader"])
+        with client(server, {"X-Auth-Token": ops}) as admin:
+            hosts(admin, "compute-1")
+        with client(server, {"X-Auth-Token": alice}) as member:
+            theirs = created(
+                member.post("/v1/leases", json=lease("team-run", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = opened(browser, server)
+        page = seen.page
+        page.fill("#token-input", rita)
+        page.click("#login-form button[type=submit]")
+        drawn(seen)
+        expect(page.locator("#who")).to_have_text("project reader (read only)")
+        expect(page.locator("#nav-new")).to_be_hidden()
+        page.goto(f"{server.url}/ui/#/lease/{theirs['id']}")
+        expect(page.locator("#lease-title")).to_have_text("team-run")
+        for button in ("#lease-extend", "#lease-shrink", "#lease-save", "#lease-delete"):
+            expect(page.locator(button)).to_be_disabled()
+        page.goto(f"{server.url}/ui/#/new")
+        expect(page.locator("#status")).to_contain_text("blazar:leases:post")
+        expect(page.locator("#new-create")).to_be_disabled()
+        page.wait_for_load_state("networkidle")
+        assert seen.failed == []
+        clean(seen)
+        with client(server, {"X-Auth-Token": alice}) as member:
+            assert member.get(f"/v1/leases/{theirs['id']}").status_code == 200
+
+
+def test_a_token_refused_for_its_scope_is_said_on_the_token_form(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    """Keystone refuses a token without a project with a 403 naming why (not a 401): the token
+    form says so, and the page raises nothing."""
+    message = "a project-scoped token is required (Blazar's rules have project scope)"
+    with token_server(settings, sqlite_url) as server:
+        seen = opened(browser, server)
+        page = seen.page
+        expect(page.locator("#login")).to_be_visible()
+        body = {"error_code": 403, "error_message": message, "error_name": 403}
+        page.route(
+            "**/v1/policy/caller",
+            lambda route: route.fulfill(status=403, json=body),
+        )
+        page.fill("#token-input", "a-domain-scoped-keystone-token")
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#status")).to_have_text(message)
+        expect(page.locator("#login")).to_be_visible()
+        assert page.evaluate("sessionStorage.getItem('climate-token')") is None
+        assert seen.failed == ["GET /v1/policy/caller 403"]
+        clean(seen)
+
+
+def test_with_a_token_the_calendar_feed_is_saved_not_refused(
+    browser: Browser, settings: Settings, sqlite_url: str
+) -> None:
+    with token_server(settings, sqlite_url) as server:
+        ops = issue(server, "ops", "ops", ["admin"])
+        alice = issue(server, "alice", "project-a", ["member"])
+        with client(server, {"X-Auth-Token": ops}) as admin:
+            hosts(admin, "compute-1")
+        with client(server, {"X-Auth-Token": alice}) as member:
+            created(
+                member.post("/v1/leases", json=lease("in-my-calendar", minute(HOUR), minute(DAY))),
+                "lease",
+            )
+        seen = watched(browser, server.url)
+        page = seen.page
+        page.context.add_init_script(f"sessionStorage.setItem('climate-token', '{alice}')")
+        page.goto(f"{server.url}/ui/#/leases")
+        expect(page.locator("#lease-table tbody tr")).to_have_count(1)
+        with page.expect_download() as download:
+            page.click("#feed-link")
+        saved = download.value
+        assert saved.suggested_filename == "climate-leases.ics"
+        text = Path(saved.path()).read_text()
+        assert text.startswith("BEGIN:VCALENDAR") and "in-my-calendar" in text
+        expect(page.locator("#status")).to_have_text("calendar feed saved as climate-leases.ics")
+        assert page.url.startswith(f"{server.url}/ui/")  # still on the dashboard
+        assert seen.failed == []
+        clean(seen)
+
+
 def test_markup_in_names_is_shown_as_text(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         created(admin.post("/v1/os-hosts", json={"name": "compute-1", "note": MARKUP}), "host")
@@ -416,6 +574,62 @@ def test_floating_ips_are_booked_from_their_network(
     clean(seen)
 
 
+def test_a_date_left_empty_is_named_and_nothing_is_asked(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+        made = created(
+            admin.post("/v1/leases", json=lease("dated", minute(HOUR), minute(DAY))), "lease"
+        )
+    seen = opened(browser, live_sqlite, f"#/lease/{made['id']}")
+    page = seen.page
+    expect(page.locator("#lease-title")).to_have_text("dated")
+    page.fill("#lease-end", "")
+    page.click("#lease-save")
+    expect(page.locator("#status")).to_have_text("end_date: a date and time is needed (UTC)")
+    page.click("a[data-view=new]")
+    page.fill("#new-start", "")
+    page.click("#new-suggest")
+    expect(page.locator("#status")).to_have_text("start_date: a date and time is needed (UTC)")
+    page.wait_for_load_state("networkidle")
+    assert seen.failed == []  # no bogus date (2000-01-01) sent to be refused
+    with client(live_sqlite) as admin:
+        assert admin.get(f"/v1/leases/{made['id']}").json()["lease"]["end_date"] == made["end_date"]
+    clean(seen)
+
+
+def test_instances_are_booked_from_the_form(browser: Browser, live_sqlite: LiveServer) -> None:
+    with client(live_sqlite) as admin:
+        size = {"vcpus": 8, "memory_mb": 16384, "local_gb": 200}
+        created(admin.post("/v1/os-hosts", json={"name": "compute-1", **size}), "host")
+    seen = opened(browser, live_sqlite, "#/new")
+    page = seen.page
+    expect(page.locator("#new-vcpus")).to_be_hidden()
+    page.select_option("#new-type", "virtual:instance")
+    page.fill("#new-name", "two-vms")
+    page.fill("#new-count", "2")
+    page.fill("#new-vcpus", "2")
+    page.fill("#new-memory", "2048")
+    page.fill("#new-disk", "20")
+    page.select_option("#new-affinity", "true")
+    page.fill("#new-start", field(minute(HOUR)))
+    page.fill("#new-end", field(minute(3 * HOUR)))
+    page.click("#new-suggest")
+    expect(page.locator("#new-windows li").first).to_contain_text("UTC")
+    page.click("#new-create")
+    expect(page.locator("#lease-title")).to_have_text("two-vms")
+    reservations = page.locator("#lease-reservations")
+    expect(reservations).to_contain_text("virtual:instance")
+    expect(reservations.locator(".allocations tbody")).to_contain_text("compute-1 × 2")
+    with client(live_sqlite) as admin:
+        [made] = admin.get("/v1/leases").json()["leases"]
+    [reservation] = made["reservations"]
+    assert (reservation["vcpus"], reservation["memory_mb"], reservation["disk_gb"]) == (2, 2048, 20)
+    assert reservation["affinity"] is True
+    clean(seen)
+
+
 def test_a_held_lease_is_confirmed_from_its_page(browser: Browser, live_sqlite: LiveServer) -> None:
     with client(live_sqlite) as admin:
         hosts(admin, "compute-1")
@@ -465,6 +679,22 @@ def test_a_phone_wide_page_does_not_scroll_sideways(
         page.wait_for_load_state("networkidle")
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 375, (view, width)
+    clean(seen)
+
+
+def test_a_wide_inventory_scrolls_inside_its_table_on_a_desktop(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    extra = {f"property_{i}": f"a-rather-long-value-number-{i}" for i in range(12)}
+    with client(live_sqlite) as admin:
+        made = admin.post("/v1/os-hosts", json={"name": "compute-1", "vcpus": 8, **extra})
+        created(made, "host")
+    seen = opened(browser, live_sqlite, "#/admin", width=1280)
+    page = seen.page
+    expect(page.locator("#admin-table tbody tr")).to_have_count(1)
+    table = page.locator("#admin-table")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # the page does not,
+    assert table.evaluate("t => t.scrollWidth > t.clientWidth")  # the table scrolls sideways
     clean(seen)
 
 

@@ -159,6 +159,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     app.state.resource_types = ctx.resource_types
     app.state.authenticate = Authenticator(ctx.settings, tokens)
+    app.state.policy = ctx.policy
     app.state.series = SeriesService(ctx, app.state.services.leases)
     app.state.reservation_actions = ReservationActionService(ctx, backend)
     app.state.health = HealthService(ctx)

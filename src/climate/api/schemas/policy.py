@@ -39,3 +39,27 @@ class PolicyUsage(BaseModel):
     external_service: bool = Field(
         description="An external admission service is asked about each lease too."
     )
+
+
+class Caller(BaseModel):
+    """Who is calling, as the policy sees them."""
+
+    user_id: str
+    project_id: str
+    roles: list[str] = Field(description="As the token (or identity headers) gives them.")
+    admin: bool = Field(
+        description="The ``admin`` rule holds: every project's leases and allocations are visible."
+    )
+    allowed: list[str] = Field(
+        description="The policy rules that hold for the caller on their own project's "
+        "things (``blazar:oshosts:get``: may list hosts; ``climate:audit:get``: may read the "
+        "audit log...)."
+    )
+
+
+class CallerAnswer(BaseModel):
+    """``GET /v1/policy/caller``."""
+
+    caller: Caller | None = Field(
+        description="null: a token is needed (``auth`` token or keystone) and none was sent."
+    )

@@ -95,8 +95,16 @@ function toInput(date) {
   return date.toISOString().slice(0, 16);
 }
 
-function fromInput(value) {
-  return new Date(`${value}:00Z`);
+// A date field left empty (or not a date) is said at once, naming the API's field: parsed as
+// it is, ":00Z" is 2000-01-01 to the browser, and the server would be asked about that date.
+class InputError extends Error {}
+
+function fromInput(value, field) {
+  const date = new Date(`${value}:00Z`);
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) || Number.isNaN(date.valueOf())) {
+    throw new InputError(`${field}: a date and time is needed (UTC)`);
+  }
+  return date;
 }
 
 function toApi(date) {
@@ -135,25 +143,38 @@ function link(text, href) {
 
 // -- who is calling ---------------------------------------------------------------------------
 
-const me = { admin: false };
+// ``known``: the caller is identified; until then every view waits behind the token form.
+const me = { known: false, admin: false, allowed: new Set() };
 
 function showLogin() {
+  me.known = false;
   for (const view of document.querySelectorAll(".view")) view.hidden = true;
   $("login").hidden = false;
   $("token-input").focus();
 }
 
+// Who is calling, from the policy (``GET /v1/policy/caller``): no call is tried to see whether
+// it fails. False when a token is needed and none (or a refused one) was given.
 async function identify() {
+  let caller;
   try {
-    await api("GET", "/v1/os-hosts?limit=1");
-    me.admin = true;
+    ({ caller } = await api("GET", "/v1/policy/caller"));
   } catch (error) {
     if (error.status === 401) return false;
-    me.admin = false;
+    throw error;
   }
-  $("nav-admin").hidden = !me.admin;
+  if (!caller) return false;
+  me.known = true;
+  me.admin = caller.admin;
+  me.allowed = new Set(caller.allowed);
+  $("nav-admin").hidden = !me.allowed.has("blazar:oshosts:get");
+  $("nav-new").hidden = !me.allowed.has("blazar:leases:post");
   for (const node of document.querySelectorAll(".admin-only")) node.hidden = !me.admin;
-  $("who").textContent = me.admin ? "admin" : "project member";
+  $("who").textContent = me.admin
+    ? "admin"
+    : me.allowed.has("blazar:leases:post")
+      ? "project member"
+      : "project reader (read only)";
   $("logout").hidden = !sessionStorage.getItem(TOKEN_KEY);
   return true;
 }
@@ -162,7 +183,16 @@ $("login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
   $("token-input").value = "";
-  if (await identify()) {
+  let known = false;
+  try {
+    known = await identify();
+  } catch (error) {
+    // Refused otherwise than unknown (a Keystone token without a project: 403): say why.
+    sessionStorage.removeItem(TOKEN_KEY);
+    failed(error);
+    return;
+  }
+  if (known) {
     $("login").hidden = true;
     route();
   } else {
@@ -550,16 +580,43 @@ $("lease-filters").addEventListener("submit", (event) => {
   showLeases(true).catch(failed);
 });
 
+// The feed needs the token too: followed as a link it would leave the page for a 401. With a
+// token it is fetched with it and saved; with noauth the link is the feed (and subscribable).
+$("feed-link").addEventListener("click", async (event) => {
+  if (!sessionStorage.getItem(TOKEN_KEY)) return;
+  event.preventDefault();
+  try {
+    const response = await fetch($("feed-link").href, {
+      headers: { "X-Auth-Token": sessionStorage.getItem(TOKEN_KEY) },
+    });
+    if (!response.ok) {
+      if (response.status === 401) showLogin();
+      throw new ApiError(response.status, await response.json().catch(() => null));
+    }
+    const url = URL.createObjectURL(await response.blob());
+    const save = el("a");
+    save.href = url;
+    save.download = "climate-leases.ics";
+    document.body.appendChild(save);
+    save.click();
+    save.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60e3);
+    say("calendar feed saved as climate-leases.ics", "ok");
+  } catch (error) {
+    failed(error);
+  }
+});
+
 // -- one lease --------------------------------------------------------------------------------
 
 const current = { lease: null };
 
-// Host names by id, for admins (who may list hosts): allocations name their host by id. Read
+// Host names by id, for those who may list hosts (admins): allocations name their host by id. Read
 // once per lease page shown, however many allocations ask.
 let hostNames = null;
 
 function hostName(id) {
-  if (!me.admin) return Promise.resolve(null);
+  if (!me.allowed.has("blazar:oshosts:get")) return Promise.resolve(null);
   hostNames ??= api("GET", "/v1/os-hosts").then(
     (answer) => new Map(answer.hosts.map((h) => [String(h.id), h.hypervisor_hostname])),
   );
@@ -586,7 +643,15 @@ async function showLease(id) {
   hostNames = null;
   const { lease } = await api("GET", `/v1/leases/${encodeURIComponent(id)}`);
   current.lease = lease;
-  for (const node of $("lease-update").elements) node.disabled = false;
+  // Only what the policy lets the caller do (a reader reads): no button that is refused.
+  const may = {
+    "blazar:leases:put": ["lease-start", "lease-end", "lease-save", "lease-extend", "lease-shrink"],
+    "blazar:leases:delete": ["lease-delete"],
+    "climate:leases:confirm": ["lease-confirm"],
+  };
+  for (const [rule, ids] of Object.entries(may)) {
+    for (const id of ids) $(id).disabled = !me.allowed.has(rule);
+  }
   $("lease-title").textContent = lease.name;
   const fields = clear($("lease-fields"));
   for (const key of ["id", "status", "status_reason", "project_id", "user_id", "lease_type"]) {
@@ -642,7 +707,7 @@ async function showLease(id) {
     lease.events.map((e) => [e.event_type, shown(fromWire(e.time)), e.status]),
   );
   const history = $("lease-history").tBodies[0];
-  if (!me.admin) {
+  if (!me.allowed.has("climate:audit:get")) {
     table(history, [["", "the audit log is for admins", "", ""]]);
     return;
   }
@@ -692,8 +757,15 @@ $("lease-update").addEventListener("submit", (event) => {
   const changes = {};
   const lease = current.lease;
   if (!lease) return;
-  const start = fromInput($("lease-start").value);
-  const end = fromInput($("lease-end").value);
+  let start;
+  let end;
+  try {
+    start = fromInput($("lease-start").value, "start_date");
+    end = fromInput($("lease-end").value, "end_date");
+  } catch (error) {
+    failed(error);
+    return;
+  }
   if (toInput(start) !== toInput(fromWire(lease.start_date))) changes.start_date = toApi(start);
   if (toInput(end) !== toInput(fromWire(lease.end_date))) changes.end_date = toApi(end);
   if (!Object.keys(changes).length) {
@@ -807,6 +879,18 @@ function newReservation() {
   if (type === "virtual:floatingip") {
     return { resource_type: type, amount: count, network_id: $("new-network").value.trim() };
   }
+  if (type === "virtual:instance") {
+    const affinity = $("new-affinity").value;
+    return {
+      resource_type: type,
+      amount: count,
+      vcpus: Number($("new-vcpus").value),
+      memory_mb: Number($("new-memory").value),
+      disk_gb: Number($("new-disk").value),
+      affinity: affinity === "" ? null : affinity === "true",
+      resource_properties: properties,
+    };
+  }
   const reservation = { resource_type: type, min: count, max: count, resource_properties: properties };
   if (type === "physical:host") reservation.hypervisor_properties = "";
   return reservation;
@@ -817,6 +901,11 @@ $("new-type").addEventListener("change", () => {
   $("new-network-field").hidden = !ips;
   $("new-network").required = ips;
   $("new-properties").closest("label").hidden = ips;
+  const instances = $("new-type").value === "virtual:instance";
+  for (const label of document.querySelectorAll("#new-lease .instance-only")) {
+    label.hidden = !instances;
+    for (const input of label.querySelectorAll("input")) input.required = instances;
+  }
 });
 
 function newLeaseBody(start, end) {
@@ -850,15 +939,19 @@ async function createLease(body) {
 
 $("new-lease").addEventListener("submit", (event) => {
   event.preventDefault();
-  const start = fromInput($("new-start").value);
-  const end = fromInput($("new-end").value);
-  createLease(newLeaseBody(start, end)).catch(failed);
+  try {
+    const start = fromInput($("new-start").value, "start_date");
+    const end = fromInput($("new-end").value, "end_date");
+    createLease(newLeaseBody(start, end)).catch(failed);
+  } catch (error) {
+    failed(error);
+  }
 });
 
 $("new-suggest").addEventListener("click", async () => {
   try {
-    const start = fromInput($("new-start").value);
-    const end = fromInput($("new-end").value);
+    const start = fromInput($("new-start").value, "start_date");
+    const end = fromInput($("new-end").value, "end_date");
     const duration = Math.round((end - start) / 1000);
     const answer = await api("POST", "/v1/availability", {
       reservations: [newReservation()],
@@ -941,11 +1034,16 @@ $("admin-kind").addEventListener("change", () => showAdmin().catch(failed));
 
 function failed(error) {
   // The server's refusals are shown on the page; only the page's own faults are logged.
-  if (!(error instanceof ApiError)) console.error(error);
+  if (!(error instanceof ApiError || error instanceof InputError)) console.error(error);
   if (error.status !== 401) say(error.message, "error");
 }
 
 function route() {
+  if (!me.known) {
+    // No token yet (or one refused): the views, and their calls, wait for one.
+    showLogin();
+    return;
+  }
   const hash = location.hash || "#/timeline";
   const [, view, id] = hash.match(/^#\/([a-z]+)(?:\/(.+))?$/) || [null, "timeline"];
   for (const section of document.querySelectorAll(".view")) section.hidden = true;
@@ -967,7 +1065,10 @@ function route() {
   } else if (view === "new") {
     show("new");
     resetNewForm();
-  } else if (view === "admin" && me.admin) {
+    const refused = !me.allowed.has("blazar:leases:post");
+    for (const node of $("new-lease").elements) node.disabled = refused;
+    if (refused) say("your roles do not allow creating leases (blazar:leases:post)", "error");
+  } else if (view === "admin" && me.allowed.has("blazar:oshosts:get")) {
     show("admin");
     showAdmin().catch(failed);
   } else {
@@ -997,4 +1098,4 @@ window.addEventListener("hashchange", route);
 (async () => {
   if (await identify()) route();
   else showLogin();
-})();
+})().catch(failed);

@@ -24,6 +24,7 @@ from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
 from climate.fairshare import external
 from climate.notify.bus import Bus, BusSink
+from climate.notify.deadline import deadline_client
 from climate.notify.sinks import Sink, WebhookSink
 
 LOG = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Deliverer:
 
     def __init__(self, ctx: ServiceContext, client: httpx.Client | None = None) -> None:
         self.ctx = ctx
-        self.client = client or httpx.Client(timeout=ctx.settings.webhook_timeout_seconds)
+        self.client = client or deadline_client(ctx.settings.webhook_timeout_seconds)
         self._pool = ThreadPoolExecutor(
             ctx.settings.webhook_concurrency, thread_name_prefix="climate-notify-sink"
         )

@@ -1,0 +1,83 @@
+"""The database failing under a request, for real: a PostgreSQL backend terminated while it
+serves one. The request gets a 503 saying the database is unavailable (not a 500, not a hang),
+nothing half-made is left, and the next requests are served as usual."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+
+from climate.config import Settings
+from tests.conftest import LiveServer, _reset_pg, serve
+from tests.test_api_errors import assert_error, client
+
+
+@pytest.fixture
+def live_pg(settings: Settings, pg_url: str) -> Iterator[tuple[LiveServer, str]]:
+    _reset_pg(pg_url)
+    with serve(settings, pg_url) as server:
+        yield server, pg_url
+
+
+def _lease(name: str, days: int) -> dict[str, object]:
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(days=days)
+    return {
+        "name": name,
+        "start_date": start.strftime("%Y-%m-%d %H:%M"),
+        "end_date": (start + dt.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"),
+        "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+    }
+
+
+def _terminate_the_waiting_backend(admin: psycopg.Connection, database: str) -> int:
+    """The pid of the server's backend that waits on the test's lock, once terminated."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        row = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'"
+            " AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+        if row is not None:
+            admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+            return int(row[0])
+        time.sleep(0.02)
+    raise AssertionError("no backend of the server waited on the lock")
+
+
+def test_a_backend_terminated_mid_request_is_a_503_and_the_next_requests_are_served(
+    live_pg: tuple[LiveServer, str],
+) -> None:
+    server, url = live_pg
+    database = url.rsplit("/", 1)[1]
+    with client(server) as http:
+        assert http.post("/v1/os-hosts", json={"name": "db0"}).status_code == 201
+        with psycopg.connect(url) as locker, psycopg.connect(url, autocommit=True) as admin:
+            # The server's insert of the lease waits on this lock, inside its transaction.
+            locker.execute("LOCK TABLE leases IN ACCESS EXCLUSIVE MODE")
+            answers: list[httpx.Response] = []
+            sending = threading.Thread(
+                target=lambda: answers.append(http.post("/v1/leases", json=_lease("cut", 1)))
+            )
+            began = time.monotonic()
+            sending.start()
+            _terminate_the_waiting_backend(admin, database)
+            locker.rollback()
+            sending.join(20)
+        assert answers, "the request hung"
+        assert time.monotonic() - began < 10
+        (cut,) = answers
+        assert_error(cut, 503, "database unavailable")
+        assert cut.headers["retry-after"] == "1"
+        listed = http.get("/v1/leases")
+        assert listed.status_code == 200
+        assert [lease["name"] for lease in listed.json()["leases"]] == []
+        created = http.post("/v1/leases", json=_lease("after", 2))
+        assert created.status_code == 201, created.text
+        assert http.get("/v1/leases").json()["leases"][0]["name"] == "after"

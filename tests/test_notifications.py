@@ -555,3 +555,39 @@ def test_a_receiver_dribbling_its_answer_fails_the_attempt_within_the_claimed_ti
         (pending,) = outbox.by_status(session, outbox.PENDING)
         assert pending.attempts == 1
         assert "Timeout" in (pending.last_error or ""), pending.last_error
+
+
+def test_what_the_manager_writes_is_sent_at_once_not_when_the_deliverer_next_looks(
+    settings: Settings, sqlite_url: str
+) -> None:
+    """``climate serve`` on SQLite: a lease's start and end are written to the outbox by the
+    manager, which woke nobody; the deliverer, idle since the creation was sent, slept its
+    ``max_wait_seconds`` (30 s) and sent them up to that late."""
+    receiver = ReceiverProcess()
+    hooks = settings.model_copy(update={"webhooks": (receiver.url,)})
+    try:
+        with serve(hooks, sqlite_url) as server:
+            api = server.url
+            assert httpx.post(f"{api}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+            now = dt.datetime.now(dt.UTC)
+            start, end = now + dt.timedelta(seconds=3), now + dt.timedelta(seconds=5)
+            offset = time.monotonic() - now.timestamp()  # monotonic = wall clock + offset
+            body = {
+                "name": "soon",
+                "start_date": start.strftime("%Y-%m-%d %H:%M:%S"),
+                "end_date": end.strftime("%Y-%m-%d %H:%M:%S"),
+                "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+            }
+            assert httpx.post(f"{api}/v1/leases", json=body).status_code == 201
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline and not any(
+                headers["X-Climate-Event"] == "lease.end" for _, headers, _ in receiver.arrivals
+            ):
+                time.sleep(0.05)
+    finally:
+        receiver.close()
+    arrived = {headers["X-Climate-Event"]: at for at, headers, _ in receiver.arrivals}
+    assert {"lease.create", "lease.start", "lease.end"} <= set(arrived), sorted(arrived)
+    # Its time is the whole second the date was cut to: at most 1 s before the one asked for.
+    assert arrived["lease.start"] - (start.replace(microsecond=0).timestamp() + offset) < 2.0
+    assert arrived["lease.end"] - (end.replace(microsecond=0).timestamp() + offset) < 2.0

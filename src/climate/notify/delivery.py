@@ -8,6 +8,7 @@ message to be sent again; receivers drop repeats by the ``X-Climate-Delivery`` i
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -212,6 +213,8 @@ class Deliverer:
             self._wake.wait(wait)
 
     def start(self) -> None:
+        # Messages written by this process (the manager's, the API's) wake the loop at commit.
+        self.ctx.db.outbox_listeners.append(self.wake)
         self._thread = threading.Thread(target=self.run_forever, name="climate-notify", daemon=True)
         self._thread.start()
 
@@ -220,6 +223,8 @@ class Deliverer:
         rest of its claim."""
         self._stop.set()
         self._wake.set()
+        with contextlib.suppress(ValueError):
+            self.ctx.db.outbox_listeners.remove(self.wake)
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)

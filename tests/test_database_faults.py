@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import httpx
 import psycopg
@@ -35,7 +35,9 @@ def _lease(name: str, days: int) -> dict[str, object]:
     }
 
 
-def _terminate_the_waiting_backend(admin: psycopg.Connection, database: str) -> int:
+def _terminate_the_waiting_backend(
+    admin: psycopg.Connection, database: str, besides: Collection[int] = ()
+) -> int:
     """The pid of the server's backend that waits on the test's lock, once terminated."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -44,7 +46,7 @@ def _terminate_the_waiting_backend(admin: psycopg.Connection, database: str) -> 
             " AND pid <> pg_backend_pid()",
             (database,),
         ).fetchone()
-        if row is not None:
+        if row is not None and row[0] not in besides:
             admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
             return int(row[0])
         time.sleep(0.02)
@@ -81,3 +83,43 @@ def test_a_backend_terminated_mid_request_is_a_503_and_the_next_requests_are_ser
         created = http.post("/v1/leases", json=_lease("after", 2))
         assert created.status_code == 201, created.text
         assert http.get("/v1/leases").json()["leases"][0]["name"] == "after"
+
+
+def test_a_manager_whose_connection_is_cut_while_it_starts_a_lease_starts_it_at_the_next_pass(
+    live_pg: tuple[LiveServer, str],
+) -> None:
+    """The manager's backend terminated while it starts a lease (waiting, inside the start's
+    transaction, on a lock on the standalone backend's assignments): the pass fails and the
+    start event stayed claimed by this live manager, which nobody takes over, for
+    ``event_claim_seconds`` (120 s): the lease stayed PENDING two minutes past its start."""
+    server, url = live_pg
+    database = url.rsplit("/", 1)[1]
+    with client(server) as http:
+        assert http.post("/v1/os-hosts", json={"name": "db0"}).status_code == 201
+        now = dt.datetime.now(dt.UTC)
+        body = {
+            "name": "soon",
+            "start_date": (now + dt.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S"),
+            "end_date": (now + dt.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S"),
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+        }
+        created = http.post("/v1/leases", json=body)
+        assert created.status_code == 201, created.text
+        path = f"/v1/leases/{created.json()['lease']['id']}"
+        with psycopg.connect(url) as locker, psycopg.connect(url, autocommit=True) as admin:
+            locker.execute("LOCK TABLE assignments IN ACCESS EXCLUSIVE MODE")
+            # The planned start (one transaction: claim and work), then, a second later, the
+            # claimed one (the claim committed first, the work waiting on the lock).
+            first = _terminate_the_waiting_backend(admin, database)
+            second = _terminate_the_waiting_backend(admin, database, besides={first})
+            assert first != second
+            locker.rollback()
+        cut = time.monotonic()
+        status = ""
+        while time.monotonic() < cut + 10:
+            status = http.get(path).json()["lease"]["status"]
+            if status == "ACTIVE":
+                break
+            time.sleep(0.1)
+        assert status == "ACTIVE", status
+        assert time.monotonic() - cut < 5

@@ -16,6 +16,7 @@ import pytest
 from climate.config import Settings
 from tests.conftest import LiveServer, _reset_pg, serve
 from tests.test_api_errors import assert_error, client
+from tests.test_notifications import Receiver
 
 
 @pytest.fixture
@@ -123,3 +124,42 @@ def test_a_manager_whose_connection_is_cut_while_it_starts_a_lease_starts_it_at_
             time.sleep(0.1)
         assert status == "ACTIVE", status
         assert time.monotonic() - cut < 5
+
+
+def test_a_deliverer_whose_connection_is_cut_while_it_records_a_send_sends_it_again_at_once(
+    settings: Settings, pg_url: str
+) -> None:
+    """The deliverer's backend terminated while it records a webhook's answer (waiting on a
+    lock on the message's row): the job failed and its claim was left to run out (here 35 s:
+    3 x the 10 s timeout + 5 s), the message unsent meanwhile. It is handed back at the next
+    pass and sent again (a repeat, as at-least-once allows) within seconds."""
+    _reset_pg(pg_url)
+    database = pg_url.rsplit("/", 1)[1]
+    receiver = Receiver(hold=1.0)
+    hooks = settings.model_copy(
+        update={"webhooks": (receiver.url,), "webhook_timeout_seconds": 10.0}
+    )
+    try:
+        with serve(hooks, pg_url) as server, client(server) as http:
+            assert http.post("/v1/os-hosts", json={"name": "db0"}).status_code == 201
+            assert http.post("/v1/leases", json=_lease("l1", 1)).status_code == 201
+            deadline = time.monotonic() + 10
+            while not receiver.arrivals and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert receiver.arrivals, "the message was not sent"
+            with (
+                psycopg.connect(pg_url) as locker,
+                psycopg.connect(pg_url, autocommit=True) as admin,
+            ):
+                locker.execute("SELECT id FROM outbox FOR UPDATE")
+                _terminate_the_waiting_backend(admin, database)
+                locker.rollback()
+            cut = time.monotonic()
+            while len(receiver.received) < 2 and time.monotonic() < cut + 10:
+                time.sleep(0.05)
+            assert len(receiver.received) == 2, "not sent again"
+            assert time.monotonic() - cut < 6
+            (first, _), (again, _) = receiver.received
+            assert first["X-Climate-Delivery"] == again["X-Climate-Delivery"]
+    finally:
+        receiver.close()

@@ -63,6 +63,9 @@ class Deliverer:
             )
         self._busy: set[str] = set()
         """The sinks this process is serving now."""
+        self._orphans: list[tuple[list[int], dt.datetime]] = []
+        """Claims of jobs that failed midway (the database connection lost): (message ids,
+        claim), handed back by the next pass rather than left until the claim runs out."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -107,7 +110,8 @@ class Deliverer:
             return self._deliver_batch(sink)
         except Exception:
             LOG.exception(
-                "delivery to %s failed; its claimed messages wait for the claim", sink.key
+                "delivery to %s failed; its claimed messages are handed back at the next pass",
+                sink.key,
             )
             return 0
         finally:
@@ -117,6 +121,29 @@ class Deliverer:
 
     def _deliver_batch(self, sink: Sink) -> int:
         batch, claim = self._claim(sink)
+        try:
+            return self._send_batch(sink, batch, claim)
+        except Exception:
+            with self._lock:
+                self._orphans.append(([m.id for m in batch], claim))
+            raise
+
+    def _release_orphans(self) -> None:
+        """Hand back the claims of failed jobs: their messages not recorded are due again (one
+        sent and not recorded is sent again, as when a manager dies between the two)."""
+        with self._lock:
+            orphans, self._orphans = self._orphans, []
+        for index, (ids, claim) in enumerate(orphans):
+            try:
+                with self.ctx.db.transaction() as session:
+                    outbox.unflushed(session)
+                    outbox.release(session, ids, claim, self.ctx.clock.now())
+            except Exception:
+                with self._lock:
+                    self._orphans.extend(orphans[index:])
+                raise
+
+    def _send_batch(self, sink: Sink, batch: Sequence[OutboxMessage], claim: dt.datetime) -> int:
         one_send = dt.timedelta(seconds=sink.send_seconds)
         for index, message in enumerate(batch):
             if self._stop.is_set() or self.ctx.clock.now() + one_send > claim:
@@ -205,6 +232,7 @@ class Deliverer:
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                self._release_orphans()
                 self._dispatch()
                 wait = self.seconds_until_next()
             except Exception:

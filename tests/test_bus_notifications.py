@@ -137,6 +137,9 @@ class Proxy:
         self.thread.start()
         self.server: asyncio.Server | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.relaying = asyncio.Event()
+        """Cleared by ``hold``: connections are accepted and wait, unanswered, until ``relay``."""
+        self.loop.call_soon_threadsafe(self.relaying.set)
         self.start()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -150,6 +153,7 @@ class Proxy:
             writer.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.relaying.wait()
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -176,6 +180,14 @@ class Proxy:
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(5)
+
+    def hold(self) -> None:
+        """A broker that stalls: new connections are accepted and not answered."""
+        self.loop.call_soon_threadsafe(self.relaying.clear)
+
+    def relay(self) -> None:
+        """The broker recovers: the held connections go through."""
+        self.loop.call_soon_threadsafe(self.relaying.set)
 
     def close(self) -> None:
         self.stop()
@@ -381,6 +393,52 @@ def test_a_broker_that_does_not_answer_is_a_failed_attempt_after_the_timeout(
         deliverer.stop()
     finally:
         silent.close()
+
+
+def test_a_broker_that_stalls_then_recovers_gets_each_notification_once(
+    settings: Settings, sqlite_db: Database, proxy: Proxy, queue: Queue
+) -> None:
+    """A broker that accepts connections and answers nothing for 4 s: the send stuck on it is
+    given up after the timeout but goes through when the broker recovers. Sends queued behind it
+    would go out then too, and every message given up is retried: the broker got each one
+    several times. Now nothing starts behind a stuck send, and the stuck one's retry knows that
+    the broker took it."""
+    ctx = build_context(
+        _bus_settings(
+            settings,
+            _transport_url("127.0.0.1", proxy.port),
+            queue.topic,
+            notification_timeout_seconds=1.0,
+        ),
+        sqlite_db,
+        SystemClock(),
+    )
+    add_hosts(HostService(ctx), 3)
+    proxy.hold()
+    workers = build_workers(ctx)
+    workers.start()
+    try:
+        now = dt.datetime.now(dt.UTC)
+        for index in range(3):
+            LeaseService(ctx).create(ALICE, host_request(f"l{index}", now + HOUR, now + 2 * HOUR))
+        time.sleep(4)
+        proxy.relay()
+        got = queue.take(3, timeout=15)
+        # The retry of the message whose given-up send went through is recorded after its
+        # backoff (up to 8 s), without sending it again.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with sqlite_db.reader() as session:
+                if len(outbox.by_status(session, outbox.DELIVERED)) == 3:
+                    break
+            time.sleep(0.2)
+        got += queue.take(0, timeout=1)
+    finally:
+        workers.stop()
+    names = sorted(m["oslo.message"]["payload"]["name"] for m in got)
+    assert names == ["l0", "l1", "l2"]
+    with sqlite_db.reader() as session:
+        assert len(outbox.by_status(session, outbox.DELIVERED)) == 3
 
 
 @pytest.mark.parametrize(

@@ -126,6 +126,40 @@ def test_control_characters_are_refused_in_names_keys_and_values(live: LiveServe
         assert created.status_code == 409, created.text  # no host has rack r1: parsed, refused
 
 
+def test_lone_surrogates_are_refused_naming_the_field_not_answered_500(live: LiveServer) -> None:
+    """JSON's ``\\ud800`` alone decodes to half a UTF-16 pair: text no answer, log line or
+    database can encode. It was let through, and the error naming it (a date, a query) failed
+    to encode into a 500."""
+    half = "\\ud800"
+    with client(live) as http:
+        host = http.post("/v1/os-hosts", json={"name": "s0"}).json()["host"]
+        lease = http.post("/v1/leases", json=_lease("fine")).json()["lease"]
+        path = f"/v1/leases/{lease['id']}"
+        base = (
+            '{"name": "s", "start_date": "%s", "end_date": "%s", '
+            '"reservations": [{"resource_type": "physical:host", "min": 1, "max": 1%s}]}'
+        )
+        start, end = _date(1), _date(2)
+        sent = [
+            ("POST", "/v1/leases", base % (half, end, ""), "start_date: must not contain"),
+            ("POST", "/v1/leases", base % (start, half, ""), "end_date: must not contain"),
+            (
+                "POST",
+                "/v1/leases",
+                base % (start, end, f', "resource_properties": "{half}"'),
+                "reservations[0].resource_properties: must not contain",
+            ),
+            ("PUT", path, f'{{"name": "a{half}"}}', "name: must not contain"),
+            ("PUT", path, f'{{"end_date": "{half}"}}', "end_date: must not contain"),
+            ("POST", "/v1/os-hosts", f'{{"name": "h{half}"}}', "name: must not contain"),
+            ("POST", "/v1/os-hosts", f'{{"name": "h", "{half}": "x"}}', "'\\ud800': must not"),
+            ("PUT", f"/v1/os-hosts/{host['id']}", f'{{"rack": "{half}"}}', "rack: must not"),
+        ]
+        for method, target, text, message in sent:
+            assert_error(_raw(http, method, target, text), 400, message)
+        assert http.get(path).json()["lease"]["name"] == "fine"
+
+
 def test_control_characters_are_refused_in_token_names(live_sqlite: LiveServer) -> None:
     tokens = TokenService(live_sqlite.ctx)
     for name, user, project in ((ESCAPE, "u", "p"), ("ci", "u\u0007", "p"), ("ci", "u", "p\n")):

@@ -491,3 +491,103 @@ def test_a_failing_sink_gives_up_its_thread_after_each_attempt(
     ((arrived, _, _),) = healthy.arrivals
     assert arrived - started < 3.0
     assert len(slow.arrivals) < 5
+
+
+class DribblingReceiver:
+    """A real HTTP server on loopback that answers 200, one byte every ``gap`` seconds: no single
+    read waits longer than ``gap``, however long the whole answer takes."""
+
+    def __init__(self, gap: float) -> None:
+        self.requests = 0
+        self.closing = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests += 1
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+                    if receiver.closing.wait(gap):
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.closing.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_receiver_dribbling_its_answer_fails_the_attempt_within_the_claimed_time(
+    settings: Settings, db: Database
+) -> None:
+    """Each read gets a byte before the timeout, but the whole answer (38 bytes at 0.2 s) would
+    take 7.6 s: the attempt fails after 3 x the timeout (the time its claim was sized for),
+    instead of holding the sink's thread past its claim, when another manager sends it again."""
+    dribbler = DribblingReceiver(gap=0.2)
+    try:
+        ctx = build_context(
+            settings.model_copy(
+                update={"webhooks": (dribbler.url,), "webhook_timeout_seconds": 0.5}
+            ),
+            db,
+            SystemClock(),
+        )
+        add_hosts(HostService(ctx), 1)
+        LeaseService(ctx).create(
+            ALICE, host_request("l1", T0 + dt.timedelta(hours=1), T0 + dt.timedelta(hours=2))
+        )
+        began = time.monotonic()
+        assert Deliverer(ctx).deliver_due() == 1
+        took = time.monotonic() - began
+    finally:
+        dribbler.close()
+    assert dribbler.requests == 1
+    assert took < 1.5 + 1.0, took
+    with db.reader() as session:
+        (pending,) = outbox.by_status(session, outbox.PENDING)
+        assert pending.attempts == 1
+        assert "Timeout" in (pending.last_error or ""), pending.last_error
+
+
+def test_what_the_manager_writes_is_sent_at_once_not_when_the_deliverer_next_looks(
+    settings: Settings, sqlite_url: str
+) -> None:
+    """``climate serve`` on SQLite: a lease's start and end are written to the outbox by the
+    manager, which woke nobody; the deliverer, idle since the creation was sent, slept its
+    ``max_wait_seconds`` (30 s) and sent them up to that late."""
+    receiver = ReceiverProcess()
+    hooks = settings.model_copy(update={"webhooks": (receiver.url,)})
+    try:
+        with serve(hooks, sqlite_url) as server:
+            api = server.url
+            assert httpx.post(f"{api}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+            now = dt.datetime.now(dt.UTC)
+            start, end = now + dt.timedelta(seconds=3), now + dt.timedelta(seconds=5)
+            offset = time.monotonic() - now.timestamp()  # monotonic = wall clock + offset
+            body = {
+                "name": "soon",
+                "start_date": start.strftime("%Y-%m-%d %H:%M:%S"),
+                "end_date": end.strftime("%Y-%m-%d %H:%M:%S"),
+                "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1}],
+            }
+            assert httpx.post(f"{api}/v1/leases", json=body).status_code == 201
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline and not any(
+                headers["X-Climate-Event"] == "lease.end" for _, headers, _ in receiver.arrivals
+            ):
+                time.sleep(0.05)
+    finally:
+        receiver.close()
+    arrived = {headers["X-Climate-Event"]: at for at, headers, _ in receiver.arrivals}
+    assert {"lease.create", "lease.start", "lease.end"} <= set(arrived), sorted(arrived)
+    # Its time is the whole second the date was cut to: at most 1 s before the one asked for.
+    assert arrived["lease.start"] - (start.replace(microsecond=0).timestamp() + offset) < 2.0
+    assert arrived["lease.end"] - (end.replace(microsecond=0).timestamp() + offset) < 2.0

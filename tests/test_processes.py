@@ -131,3 +131,31 @@ def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(
         assert httpx.get(url + "/healthz").status_code == 200
     finally:
         process.stop()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve", "--port", "{port}", "--database-url", "{url}"],
+        ["manager", "--database-url", "{url}"],
+        ["db", "--database-url", "{url}", "upgrade"],
+    ],
+)
+def test_a_database_that_cannot_be_reached_at_start_up_is_one_error_line_not_a_traceback(
+    command: list[str],
+) -> None:
+    """PostgreSQL not listening (nothing on the port): the command exits 1 saying what the
+    database said, as a setting out of range does, not with a traceback."""
+    url = f"postgresql://climate:s3cret@127.0.0.1:{free_port()}/climate"
+    done = subprocess.run(
+        [CLIMATE, *(part.format(url=url, port=free_port()) for part in command)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: database: connection failed:"), last
+    assert "Connection refused" in last
+    assert "s3cret" not in done.stderr

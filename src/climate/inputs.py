@@ -17,6 +17,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 does on some terminals)."""
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Cc except tab and line feed."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Half of a UTF-16 pair (JSON's ``"\\ud800"`` escape alone): no character at all, and no UTF-8
+text, so no database, log line or answer could hold it."""
 _SHOWN = 40
 
 
@@ -28,9 +31,10 @@ def shown(value: object) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` as it is, or escaped if it holds a control character: a field to name in an
-    error message, which a terminal may show."""
-    return shown(text) if _CONTROL.search(text) else text
+    """``text`` as it is, or escaped if it holds a control character (or a lone surrogate,
+    which no answer could encode): a field to name in an error message, which a terminal may
+    show."""
+    return shown(text) if _CONTROL.search(text) or _SURROGATE.search(text) else text
 
 
 def integer(field: str, value: object, *, minimum: int, maximum: int = MAX_INT) -> int:
@@ -80,6 +84,12 @@ def free_text(field: str, text: str) -> str:
 
 
 def _refuse(field: str, text: str, pattern: re.Pattern[str]) -> None:
+    half = _SURROGATE.search(text)
+    if half is not None:
+        raise InvalidInput(
+            field,
+            f"must not contain unpaired surrogates ({shown(half.group())} at {half.start()})",
+        )
     found = pattern.search(text)
     if found is not None:
         raise InvalidInput(

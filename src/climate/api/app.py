@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -121,12 +122,45 @@ class OpenStackHeaders:
             await self.app(scope, receive, send_with_headers)
         except ClientDisconnect:  # gone, or cut off by the body read timeout: nobody to answer
             LOG.debug("client left during %s %s", scope["method"], scope["path"])
+        except DATABASE_UNAVAILABLE as exc:
+            LOG.error(
+                "database unavailable on %s %s: %s",
+                scope["method"],
+                scope["path"],
+                _first_line(exc),
+                exc_info=exc,
+            )
+            if started:
+                raise
+            response = error_body(503, UNAVAILABLE_MESSAGE)
+            response.headers["Retry-After"] = "1"
+            await response(scope, receive, send_with_headers)
         except Exception:  # the catch-all handler would answer without our headers
             LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
             if started:
                 raise
             response = error_body(500, "Internal Server Error")
             await response(scope, receive, send_with_headers)
+
+
+DATABASE_UNAVAILABLE = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+)
+"""The database, not the request: its connection lost or refused (PostgreSQL restarted, a
+backend terminated), no connection free in the pool, or SQLite unable to write (the file
+read-only, the disk full, locked past the busy timeout). The next request gets a new
+connection."""
+UNAVAILABLE_MESSAGE = (
+    "database unavailable (its connection was lost or it refused the operation); try again. "
+    "A change whose answer this is may or may not have been made: look before repeating it"
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 def create_app(ctx: ServiceContext) -> FastAPI:

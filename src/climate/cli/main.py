@@ -321,6 +321,20 @@ def _describe(parser: argparse.ArgumentParser) -> None:
                 _describe(child)
 
 
+def _database_problem(exc: Exception) -> str | None:
+    """The database's own words, on one line, when ``exc`` is the database unreachable or
+    refusing the work (PostgreSQL not listening or refusing the login, an SQLite file that cannot
+    be written): an operator's problem to read, not a traceback. None for anything else."""
+    if "sqlalchemy" not in sys.modules:  # the client commands never load it
+        return None
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return None
+    cause = exc.orig if exc.orig is not None else exc
+    return " ".join(str(cause).split()) or type(cause).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -352,3 +366,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # the pipe again when it flushes stdout at exit, so stdout goes to /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+    except Exception as exc:
+        problem = _database_problem(exc)
+        if problem is None:
+            raise
+        sys.exit(f"error: database: {problem}")

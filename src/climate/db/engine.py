@@ -31,6 +31,9 @@ _TELL = "admission_told"
 AFTER_COMMIT = "after_commit"
 """``session.info`` key: what to do once a write transaction has committed and SQLite's
 writers' turn is released (``Database.transaction``)."""
+OUTBOX_LISTENERS = "outbox_listeners"
+"""``session.info`` key: the callables of this process to call once a transaction that wrote
+outbox messages has committed (``Database.outbox_listeners``, the deliverers' wake-ups)."""
 """A shared admission's reservations whose allocations it changed, logged as it commits."""
 EXCLUSION_VIOLATION = "23P01"
 INVENTORY_VERSION = "inventory"
@@ -101,9 +104,16 @@ class Database:
         self.feed = (
             ChangeFeed(self.engine.url, ADMISSION_LOCK) if self.dialect == "postgresql" else None
         )
-        # Each session's info starts as a copy of this: the repository functions find the feed.
+        self.outbox_listeners: list[Callable[[], None]] = []
+        """Called once a transaction that wrote outbox messages commits: the deliverers of this
+        process register their wake-up, so that a message the manager writes (a lease started,
+        ended) is sent at once, not when the deliverer next looks on its own."""
+        # Each session's info starts as a copy of this: the repository functions find the feed
+        # and the outbox's listeners (the same list in every session).
         self._sessions = sessionmaker(
-            self.engine, expire_on_commit=False, info={change_feed.FEED: self.feed}
+            self.engine,
+            expire_on_commit=False,
+            info={change_feed.FEED: self.feed, OUTBOX_LISTENERS: self.outbox_listeners},
         )
         path = _sqlite_file(url)
         self._writers = Writers(path, self.engine) if self.dialect == "sqlite" else None

@@ -139,6 +139,14 @@ def claim_holders(session: Session, event_ids: Collection[str]) -> dict[str, tup
     return {id: (holder or "", attempts) for id, holder, attempts in session.execute(query)}
 
 
+def claimed_by(session: Session, owner: str) -> list[str]:
+    """The events ``owner`` holds now (claimed, not finished)."""
+    query = select(EVENTS.c.id).where(
+        EVENTS.c.status == EventStatus.IN_PROGRESS, EVENTS.c.claimed_by == owner
+    )
+    return list(session.scalars(query))
+
+
 def unclaim(session: Session, event_ids: Collection[str], owner: str, now: dt.datetime) -> None:
     """Give back claimed events that were not run (an earlier event of their lease failed in
     the same pass): waiting again, and the claim does not count as an attempt."""

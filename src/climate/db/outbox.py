@@ -9,16 +9,24 @@ rows that still carry it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
+from climate.db.engine import AFTER_COMMIT, OUTBOX_LISTENERS
 from climate.db.tables import OutboxMessage
 from climate.db.types import as_utc
 
 PENDING, DELIVERED, DEAD = "pending", "delivered", "dead"
+_WAKES = "outbox_wakes"
+"""``session.info`` key: this transaction tells the outbox's listeners when it commits."""
+
+
+def _tell(listeners: list[Callable[[], None]]) -> None:
+    for wake in list(listeners):
+        wake()
 
 
 def enqueue(
@@ -29,6 +37,10 @@ def enqueue(
     now: dt.datetime,
     lease_id: str | None = None,
 ) -> None:
+    listeners: list[Callable[[], None]] | None = session.info.get(OUTBOX_LISTENERS)
+    if listeners is not None and not session.info.get(_WAKES):
+        session.info[_WAKES] = True
+        session.info.setdefault(AFTER_COMMIT, []).append(lambda: _tell(listeners))
     session.add_all(
         OutboxMessage(
             topic=topic,

@@ -468,11 +468,28 @@ class Manager:
         if earliest is None or expecting is None or earliest < expecting:
             self._wake.set()
 
+    def _give_back_claims(self) -> None:
+        """After a pass failed midway (its database connection lost, say), the events it had
+        claimed and not finished are still ours: nobody else takes a live manager's claims, so
+        they would wait for the claim to run out (``event_claim_seconds``, 120 s), their leases
+        not started or not ended meanwhile. Give them back, waiting again, the failed pass not
+        counted as an attempt, so that this pass runs them."""
+        now = self.ctx.clock.now()
+        with self.ctx.db.transaction() as session:
+            held = event_rows.claimed_by(session, self.name)
+            event_rows.unclaim(session, held, self.name, now)
+        if held:
+            LOG.warning("%d event(s) claimed by the failed pass are waiting again", len(held))
+
     def run_forever(self) -> None:
         LOG.info("manager %s started", self.name)
+        failed = False
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                if failed:
+                    self._give_back_claims()
+                    failed = False
                 self.run_due()
                 self.heal()
                 until_power = self.power()
@@ -483,6 +500,7 @@ class Manager:
                 wait = min(wait, until_idle)
             except Exception:
                 LOG.exception("manager pass failed; retrying in 1 s")
+                failed = True
                 wait = 1.0
             self._wake.wait(wait)
         LOG.info("manager %s stopped", self.name)

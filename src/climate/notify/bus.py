@@ -12,7 +12,7 @@ import datetime as dt
 import threading
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -175,6 +175,13 @@ class Bus:
         # One thread: sends are brief, and one that hangs makes the others time out too, as
         # they should (the broker is not answering).
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="climate-notify-bus")
+        self._abandoned: dict[tuple[str, str], Future[None]] = {}
+        """Sends given up after ``timeout`` and still running, by (topic, message_id): the broker
+        may take them yet, so no other send starts behind them (it would go out after they
+        recover, and a message given up is retried: the broker would get it twice)."""
+        self._taken_late: set[tuple[str, str]] = set()
+        """Messages whose abandoned send went through after all: their retry is done already."""
+        self._books = threading.Lock()
 
     def _get_transport(self) -> Any:
         with self._lock:
@@ -187,11 +194,28 @@ class Bus:
     def publish(self, topic: str, stored: Mapping[str, Any]) -> str | None:
         """Send one stored message on ``topic``: None once the broker has it, else why not."""
         body = dict(stored["message"])
+        key = (topic, str(body["message_id"]))
+        with self._books:
+            for done in [k for k, job in self._abandoned.items() if job.done()]:
+                job = self._abandoned.pop(done)
+                if not job.cancelled() and job.exception() is None:
+                    self._taken_late.add(done)
+            if key in self._taken_late:
+                self._taken_late.discard(key)
+                return None
+            if self._abandoned:
+                return (
+                    "the message bus has not finished a send given up after "
+                    f"{self._timeout:g} s; no other starts before it ends"
+                )
         target = self._oslo.Target(topic=f"{topic}.{body['priority'].lower()}")
         job = self._pool.submit(self._send, target, dict(stored["context"]), body)
         try:
             job.result(timeout=self._timeout)
         except FutureTimeout:
+            if not job.cancel():
+                with self._books:
+                    self._abandoned[key] = job
             return f"the message bus did not take the message within {self._timeout:g} s"
         except Exception as exc:
             return f"{type(exc).__name__}: {redact(str(exc))}"

@@ -8,6 +8,7 @@ message to be sent again; receivers drop repeats by the ``X-Climate-Delivery`` i
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -24,6 +25,7 @@ from climate.db.tables import OutboxMessage
 from climate.domain.clock import seconds_until
 from climate.fairshare import external
 from climate.notify.bus import Bus, BusSink
+from climate.notify.deadline import deadline_client
 from climate.notify.sinks import Sink, WebhookSink
 
 LOG = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class Deliverer:
 
     def __init__(self, ctx: ServiceContext, client: httpx.Client | None = None) -> None:
         self.ctx = ctx
-        self.client = client or httpx.Client(timeout=ctx.settings.webhook_timeout_seconds)
+        self.client = client or deadline_client(ctx.settings.webhook_timeout_seconds)
         self._pool = ThreadPoolExecutor(
             ctx.settings.webhook_concurrency, thread_name_prefix="climate-notify-sink"
         )
@@ -61,6 +63,9 @@ class Deliverer:
             )
         self._busy: set[str] = set()
         """The sinks this process is serving now."""
+        self._orphans: list[tuple[list[int], dt.datetime]] = []
+        """Claims of jobs that failed midway (the database connection lost): (message ids,
+        claim), handed back by the next pass rather than left until the claim runs out."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -105,7 +110,8 @@ class Deliverer:
             return self._deliver_batch(sink)
         except Exception:
             LOG.exception(
-                "delivery to %s failed; its claimed messages wait for the claim", sink.key
+                "delivery to %s failed; its claimed messages are handed back at the next pass",
+                sink.key,
             )
             return 0
         finally:
@@ -115,6 +121,29 @@ class Deliverer:
 
     def _deliver_batch(self, sink: Sink) -> int:
         batch, claim = self._claim(sink)
+        try:
+            return self._send_batch(sink, batch, claim)
+        except Exception:
+            with self._lock:
+                self._orphans.append(([m.id for m in batch], claim))
+            raise
+
+    def _release_orphans(self) -> None:
+        """Hand back the claims of failed jobs: their messages not recorded are due again (one
+        sent and not recorded is sent again, as when a manager dies between the two)."""
+        with self._lock:
+            orphans, self._orphans = self._orphans, []
+        for index, (ids, claim) in enumerate(orphans):
+            try:
+                with self.ctx.db.transaction() as session:
+                    outbox.unflushed(session)
+                    outbox.release(session, ids, claim, self.ctx.clock.now())
+            except Exception:
+                with self._lock:
+                    self._orphans.extend(orphans[index:])
+                raise
+
+    def _send_batch(self, sink: Sink, batch: Sequence[OutboxMessage], claim: dt.datetime) -> int:
         one_send = dt.timedelta(seconds=sink.send_seconds)
         for index, message in enumerate(batch):
             if self._stop.is_set() or self.ctx.clock.now() + one_send > claim:
@@ -203,6 +232,7 @@ class Deliverer:
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                self._release_orphans()
                 self._dispatch()
                 wait = self.seconds_until_next()
             except Exception:
@@ -211,6 +241,8 @@ class Deliverer:
             self._wake.wait(wait)
 
     def start(self) -> None:
+        # Messages written by this process (the manager's, the API's) wake the loop at commit.
+        self.ctx.db.outbox_listeners.append(self.wake)
         self._thread = threading.Thread(target=self.run_forever, name="climate-notify", daemon=True)
         self._thread.start()
 
@@ -219,6 +251,8 @@ class Deliverer:
         rest of its claim."""
         self._stop.set()
         self._wake.set()
+        with contextlib.suppress(ValueError):
+            self.ctx.db.outbox_listeners.remove(self.wake)
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 
 from climate.addresses import webhook_url_problem
+from climate.notify.deadline import deadline
 
 if TYPE_CHECKING:
     from climate.db.tables import OutboxMessage
@@ -72,5 +73,6 @@ class WebhookSink:
         }
         if self._secret:
             headers[SIGNATURE_HEADER] = sign(self._secret, body)
-        response = self._client.post(self.key, content=body, headers=headers)
+        with deadline(self.send_seconds):
+            response = self._client.post(self.key, content=body, headers=headers)
         return f"HTTP {response.status_code}" if response.status_code >= 300 else None

@@ -471,12 +471,57 @@ def test_reservation_values_that_read_as_json_are_sent_as_json(
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("600", 600), ("10m", 600), ("2h", 7200), ("1d", 86400), ("01:30", 5400)]
+    ("text", "seconds"),
+    [
+        ("600", 600),
+        ("10m", 600),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("01:30", 5400),
+        ("1h30m", 5400),
+        ("1d 2h", 93600),
+        ("45s", 45),
+        ("PT2H", 7200),
+        ("p1dt12h", 129600),
+    ],
 )
-def test_hold_durations(text: str, seconds: int) -> None:
-    from climate.cli.lease_types import hold_seconds
+def test_durations(text: str, seconds: int) -> None:
+    from climate.cli.durations import seconds as parse
 
-    assert hold_seconds(text) == seconds
+    assert parse(text) == seconds
+
+
+def test_human_durations_where_a_duration_is_asked(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    run("host", "create", "compute-0", *url)
+    latest = fmt(T0 + dt.timedelta(days=3))
+    flexible = lease(
+        url, "flex", "--duration", "2h", "--earliest-start", START, "--latest-end", latest
+    )
+    length = dt.datetime.fromisoformat(flexible["end_date"]) - dt.datetime.fromisoformat(
+        flexible["start_date"]
+    )
+    assert length == dt.timedelta(hours=2)
+    windows = run_json("availability", "search", "--duration", "1h30m", "--end", latest, *url)
+    first = windows[0]
+    assert dt.datetime.fromisoformat(first["end_date"]) - dt.datetime.fromisoformat(
+        first["start_date"]
+    ) >= dt.timedelta(minutes=90)
+    series = run_json(
+        "series", "create", "weekly", "--start", END, "--duration", "30m",
+        "--rrule", "FREQ=WEEKLY;COUNT=2", "--reminder", "10m", *url,
+    )["series"]  # fmt: skip
+    assert (series["duration"], series["reminders"]) == (1800, ["PT10M"])
+    for command in (
+        ("lease", "create", "x", "--latest-end", latest, "--duration"),
+        ("availability", "search", "--end", latest, "--duration"),
+        ("series", "create", "y", "--start", END, "--rrule", "COUNT=1", "--duration"),
+        ("lease", "create", "z", "--end", END, "--hold"),
+    ):
+        for bad in ("2 hours", "0", "-1h", "1h2d"):
+            done = run(*command[:-1], f"{command[-1]}={bad}", *url, ok=False)
+            assert f"argument {command[-1]}: must be a duration above zero" in done.stderr
+            assert repr(bad) in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 from urllib.parse import urlencode
 
+from climate.cli.durations import EXAMPLES, seconds
 from climate.cli.http import HOST, LEASE, ApiClient, add_client_options, connect, find_id, path_of
 from climate.cli.lease_display import show_lease
 from climate.cli.lease_types import add_lease_type_options, lease_type_fields
@@ -320,8 +321,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--duration",
-        help="a flexible window: this long ('HH:MM', seconds or ISO 8601 like PT2H), at the "
-        "earliest start that fits between --earliest-start and --latest-end",
+        type=seconds,
+        help=f"a flexible window: this long ({EXAMPLES}), at the earliest start that fits "
+        "between --earliest-start and --latest-end",
     )
     p.add_argument("--earliest-start", default="now", help="with --duration: from this date")
     p.add_argument("--latest-end", help="with --duration: ending by this date")
@@ -383,7 +385,7 @@ def register(sub: Any) -> None:
     availability = sub.add_parser("availability", help="when resources are free")
     availability_actions = availability.add_subparsers(dest="action", required=True)
     p = availability_actions.add_parser("search", help="the earliest windows a lease would fit")
-    p.add_argument("--duration", required=True, help="'HH:MM' or seconds")
+    p.add_argument("--duration", type=seconds, required=True, help=f"how long: {EXAMPLES}")
     p.add_argument("--start", default="now", help=f"search from 'now' (the default) or {DATE_HELP}")
     p.add_argument("--end", required=True, help=f"windows end by this date, {DATE_HELP}")
     add_reservation_options(p)
@@ -392,7 +394,9 @@ def register(sub: Any) -> None:
     p = availability_actions.add_parser("timeline", help="free capacity per bucket of time")
     p.add_argument("--start", default="now", help=f"from 'now' (the default) or {DATE_HELP}")
     p.add_argument("--end", required=True, help=f"up to {DATE_HELP}")
-    p.add_argument("--bucket", type=int, default=3600, help="seconds per bucket")
+    p.add_argument(
+        "--bucket", type=seconds, default=3600, help="how long a bucket is, e.g. 3600 or 1h"
+    )
     p.add_argument(
         "--resource-type", help="physical:host (default), virtual:instance, virtual:volume, ..."
     )

@@ -95,18 +95,12 @@ def lease_command(args: argparse.Namespace) -> None:
         else:
             _create_lease(api, args)
         return
+    changes = _changes(args) if args.action == "update" else {}
     lease_id = find_id(api, LEASE, args.lease)
     path = path_of(LEASE, lease_id)
     if args.action == "show":
         show_lease(args, api, api.call("GET", path)["lease"])
     elif args.action == "update":
-        changes: dict[str, Any] = {}
-        if args.name:
-            changes["name"] = args.name
-        if args.end:
-            changes["end_date"] = args.end
-        if args.start:
-            changes["start_date"] = args.start
         show_lease(args, api, api.call("PUT", path, changes)["lease"])
     elif args.action == "delete":
         api.call("DELETE", path)
@@ -125,6 +119,15 @@ def lease_command(args: argparse.Namespace) -> None:
         beat = api.call("POST", f"{path}/heartbeat")["heartbeat"]
         if not emit(args, beat):
             print(_heartbeat_line(beat))
+
+
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    """``lease update``'s body; asking for no change is refused here rather than sent."""
+    given = {"name": args.name, "start_date": args.start, "end_date": args.end}
+    changes = {field: value for field, value in given.items() if value is not None}
+    if not changes:
+        raise SystemExit("error: nothing to update; give --name, --start or --end")
+    return changes
 
 
 def _heartbeat_line(beat: dict[str, Any]) -> str:

@@ -162,7 +162,7 @@ def test_an_update_that_changes_nothing_is_refused_before_it_is_sent() -> None:
     # The server is unreachable: the refusal is the command's own, before any request.
     done = run("lease", "update", "some-lease", "--url", "http://127.0.0.1:9", ok=False)
     assert done.returncode == 1 and "cannot reach" not in done.stderr, done.stderr
-    assert "error: nothing to update; give --name, --start or --end" in done.stderr
+    assert "error: nothing to update; give --name, --start, --end, --min, --max" in done.stderr
 
 
 def test_an_update_refused_prints_the_changes_offered(live_sqlite: LiveServer) -> None:

@@ -396,6 +396,51 @@ def test_a_refused_lease_of_any_type_prints_offers_to_paste(live_sqlite: LiveSer
     assert accepted["start_date"] == taken["end_date"]
 
 
+def test_lease_update_changes_a_reservations_amounts(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    for name in ("h-0", "h-1", "h-2"):
+        run("host", "create", name, *url)
+    for segment in ("100", "101"):
+        run("network", "create", segment, "--network-type", "vlan", *url)
+    hosts = lease(url, "hosts", "--start", START, "--end", END)
+    grown = run_json("lease", "update", "hosts", "--min", "2", "--max", "3", *url)
+    (changed,) = grown["reservations"]
+    assert (changed["id"], changed["min"], changed["max"]) == (
+        hosts["reservations"][0]["id"],
+        2,
+        3,
+    )
+    assert len(changed["allocations"]) == 3
+
+    both = lease(
+        url,
+        "both",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--reservation",
+        "resource_type=network,amount=1",
+    )
+    mixed = lease(
+        url, "mixed", "--start", END, "--end", fmt(T0 + dt.timedelta(days=3)),
+        "--reservation", "resource_type=network,amount=1",
+        "--reservation", "resource_type=physical:host,min=1,max=1",
+    )  # fmt: skip
+    unsaid = run("lease", "update", "mixed", "--amount", "2", *url, ok=False)
+    assert "has 2 reservations; give --reservation-id" in unsaid.stderr, unsaid.stderr
+    segments = mixed["reservations"][0]["id"]
+    assert segments in unsaid.stderr and "(network)" in unsaid.stderr
+    said = run_json("lease", "update", "mixed", "--amount", "2", "--reservation-id", segments, *url)
+    assert [r.get("amount") for r in said["reservations"]] == [2, None]
+    assert (
+        run_json("lease", "update", "both", "--amount", "2", *url)["reservations"][0]["amount"] == 2
+    )
+    assert both["reservations"][0]["amount"] == 1
+    alone = run("lease", "update", "both", "--reservation-id", segments, *url, ok=False)
+    assert "--reservation-id goes with --min, --max or --amount" in alone.stderr
+
+
 @pytest.mark.parametrize(
     ("options", "mentions"),
     [

@@ -26,6 +26,9 @@ DATE_HELP = "'YYYY-MM-DD HH:MM[:SS]' in UTC (or ISO 8601 with an offset)"
 HOST_REF = "host id or name"
 LEASE_REF = "lease id or name"
 EXTRA = "a property; repeat it for several"
+AMOUNTS = ("min", "max", "amount")
+"""What ``lease update`` changes of a reservation: hosts' and devices' ``min``/``max``, the
+``amount`` of instances, floating IPs, segments and volumes."""
 
 
 def key_values(pairs: list[str], option: str = "--extra") -> dict[str, str]:
@@ -101,6 +104,8 @@ def lease_command(args: argparse.Namespace) -> None:
     if args.action == "show":
         show_lease(args, api, api.call("GET", path)["lease"])
     elif args.action == "update":
+        for changed in changes.get("reservations", []):
+            changed["id"] = changed["id"] or _only_reservation(api.call("GET", path)["lease"])
         show_lease(args, api, api.call("PUT", path, changes)["lease"])
     elif args.action == "delete":
         api.call("DELETE", path)
@@ -122,12 +127,32 @@ def lease_command(args: argparse.Namespace) -> None:
 
 
 def _changes(args: argparse.Namespace) -> dict[str, Any]:
-    """``lease update``'s body; asking for no change is refused here rather than sent."""
+    """``lease update``'s body, its reservation's id left None when not given; asking for no
+    change is refused here rather than sent."""
     given = {"name": args.name, "start_date": args.start, "end_date": args.end}
     changes = {field: value for field, value in given.items() if value is not None}
-    if not changes:
-        raise SystemExit("error: nothing to update; give --name, --start or --end")
+    amounts = {key: getattr(args, key) for key in AMOUNTS if getattr(args, key) is not None}
+    if args.reservation_id is not None and not amounts:
+        raise SystemExit("error: --reservation-id goes with --min, --max or --amount")
+    if not changes and not amounts:
+        raise SystemExit(
+            "error: nothing to update; give --name, --start, --end, --min, --max or --amount"
+        )
+    if amounts:
+        changes["reservations"] = [{"id": args.reservation_id, **amounts}]
     return changes
+
+
+def _only_reservation(lease: dict[str, Any]) -> str:
+    """The id of the lease's one reservation; with several, which one must be said."""
+    reservations = lease["reservations"]
+    if len(reservations) == 1:
+        return str(reservations[0]["id"])
+    listed = ", ".join(f"{r['id']} ({r['resource_type']})" for r in reservations)
+    raise SystemExit(
+        f"error: lease {lease['id']} has {len(reservations)} reservations; give "
+        f"--reservation-id, one of {printable(listed)}"
+    )
 
 
 def _heartbeat_line(beat: dict[str, Any]) -> str:
@@ -351,12 +376,21 @@ def register(sub: Any) -> None:
     add_wait_options(p)
     add_client_options(p)
     p = lease_actions.add_parser(
-        "update", help="rename a lease, move its start, extend or shrink it"
+        "update", help="rename a lease, move its start, extend or shrink it, change its amounts"
     )
     p.add_argument("lease", help=LEASE_REF)
     p.add_argument("--name", help="a new name")
     p.add_argument("--start", help=f"a new start, {DATE_HELP} (a lease not yet started)")
     p.add_argument("--end", help=f"a new end, {DATE_HELP}")
+    p.add_argument("--min", type=int, help="hosts or devices wanted at least")
+    p.add_argument("--max", type=int, help="hosts or devices wanted at most")
+    p.add_argument(
+        "--amount", type=int, help="instances, floating IPs, network segments or volumes wanted"
+    )
+    p.add_argument(
+        "--reservation-id",
+        help="the reservation --min, --max or --amount change (needed when the lease has several)",
+    )
     add_client_options(p)
     p = lease_actions.add_parser("confirm", help="confirm a held lease: it starts as planned")
     p.add_argument("lease", help=LEASE_REF)

@@ -106,7 +106,8 @@ def test_inventory_commands(live_sqlite: LiveServer, kind: str) -> None:
     assert run(kind, "delete", item_id, *url).stdout.strip() == f"Deleted {kind} {item_id}"
     assert run_json(kind, "list", *url) == []
     missing = run(kind, "show", item_id, *url, ok=False)
-    assert "error (404)" in missing.stderr and "Traceback" not in missing.stderr
+    assert f"no {kind} with the id or name '{item_id}'" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 def test_create_errors_print_the_apis_message(live_sqlite: LiveServer) -> None:
@@ -175,7 +176,7 @@ def test_a_lease_mixing_instances_a_floating_ip_and_a_device(live_sqlite: LiveSe
     assert run_json("instance", "allocations", "--lease-id", NO_LEASE, *url) == []
     assert "count" in run("instance", "allocations", "--start", START, *url).stdout
     unknown = run("instance", "allocations", "999", *url, ok=False)
-    assert "error (404)" in unknown.stderr
+    assert "no host with the id or name '999'" in unknown.stderr
 
 
 def test_lease_types_holds_and_the_queue(live_sqlite: LiveServer) -> None:

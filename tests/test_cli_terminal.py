@@ -170,6 +170,17 @@ def test_names_as_well_as_ids(live_sqlite: LiveServer) -> None:
     host = run_json("host", "create", "compute-x", *url)
     assert run_json("host", "show", "compute-x", *url)["id"] == host["id"]
     assert run_json("host", "update", "compute-x", "--extra", "rack=r9", *url)["rack"] == "r9"
+    # A name of digits is found as a name; a number that is an id and a name is the id, said.
+    digits = run_json("host", "create", "12345", *url)
+    assert run_json("host", "show", "12345", *url)["id"] == digits["id"] != "12345"
+    twin = run_json("host", "create", str(host["id"]), *url)
+    both = run("host", "show", str(host["id"]), "-f", "json", *url)
+    assert json.loads(both.stdout)["id"] == host["id"]
+    assert f"'{host['id']}' is the id of host {host['id']} and the name of host {twin['id']}" in (
+        both.stderr
+    )
+    segment = run_json("network", "create", "100", "--network-type", "vlan", *url)
+    assert run_json("network", "show", "100", *url)["id"] == segment["id"]
     device = run_json("device", "create", "fpga-0", *url)
     assert run_json("device", "show", "fpga-0", *url)["id"] == device["id"]
     missing = run("device", "show", "fpga-9", *url, ok=False)

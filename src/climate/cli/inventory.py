@@ -4,7 +4,6 @@ the resource types other than hosts, and what is reserved of each, over the HTTP
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +12,6 @@ from urllib.parse import urlencode
 from climate.cli.client import key_values, show
 from climate.cli.http import HOST, ApiClient, Kind, add_client_options, connect, find_id, path_of
 from climate.cli.output import emit, table
-
-_NUMBER = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class Inventory:
     @property
     def kind(self) -> Kind:
         list_key = self.list_key or self.path
-        return Kind(self.command, f"/{self.path}", list_key, self.name_field, _NUMBER)
+        return Kind(self.command, f"/{self.path}", list_key, self.name_field, numbered=True)
 
     def listed(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = answer[self.list_key or self.path]

@@ -149,6 +149,16 @@ def test_lease_create_wait_follows_it_until_active(live_sqlite: LiveServer) -> N
     assert "--wait and --dry-run" in both.stderr
 
 
+def test_force_end_shows_the_lease_ended(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    run("host", "create", "h-a", *url)
+    end = fmt(dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
+    run("lease", "create", "running", "--end", end, "--wait", *url)
+    ended = run_json("lease", "force-end", "running", *url)
+    assert ended["status"] == "TERMINATED", ended
+    assert run_json("lease", "show", "running", *url)["status"] == "TERMINATED"
+
+
 def test_lease_create_wait_fails_when_the_lease_does_not_start(
     settings: Settings, sqlite_url: str
 ) -> None:

@@ -20,7 +20,7 @@ from climate.cli.output import (
     table,
 )
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
-from climate.cli.wait import add_wait_options, wait_active
+from climate.cli.wait import add_wait_options, wait_active, wait_ended
 
 DATE_HELP = "'YYYY-MM-DD HH:MM[:SS]' in UTC (or ISO 8601 with an offset)"
 HOST_REF = "host id or name"
@@ -114,7 +114,7 @@ def lease_command(args: argparse.Namespace) -> None:
         show_lease(args, api, api.call("POST", f"{path}/{args.action}")["lease"])
     elif args.action == "force-end":
         body = {"skip_backend": args.skip_backend}
-        show_lease(args, api, api.call("POST", f"{path}/force-end", body)["lease"])
+        show_lease(args, api, wait_ended(api, api.call("POST", f"{path}/force-end", body)["lease"]))
     elif args.action == "idle-exempt":
         state = api.call("PUT", f"{path}/idle", {"exempt": not args.off})["idle"]
         if not emit(args, state):
@@ -409,7 +409,9 @@ def register(sub: Any) -> None:
     p = lease_actions.add_parser("retry", help="run a lease's failed events again (admin)")
     p.add_argument("lease", help=LEASE_REF)
     add_client_options(p)
-    p = lease_actions.add_parser("force-end", help="end a lease now (admin)")
+    p = lease_actions.add_parser(
+        "force-end", help="end a lease now (admin); shows it once the manager has ended it"
+    )
     p.add_argument("lease", help=LEASE_REF)
     p.add_argument(
         "--skip-backend",

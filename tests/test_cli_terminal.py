@@ -101,6 +101,21 @@ def test_calendar_puts_each_lease_in_its_columns(live_sqlite: LiveServer) -> Non
     assert "90 days do not fit in 60 columns" in narrow.stderr
 
 
+@pytest.mark.parametrize("columns", ["60", "40"])
+def test_the_calendars_legend_fits_a_narrow_terminal(live_sqlite: LiveServer, columns: str) -> None:
+    url = ("--url", live_sqlite.url)
+    leases = seed(url)
+    window = ("--start", DAY0.strftime("%Y-%m-%d"), "--days", "3", *url)
+    shown = run("calendar", *window, env={"COLUMNS": columns}).stdout
+    assert all(len(line) <= int(columns) for line in shown.splitlines()), shown
+    legend = " ".join(shown[shown.index("A alpha") :].split())  # the paragraphs, unwrapped
+    for name, mark in (("alpha", "A"), ("beta", "B")):
+        lease = leases[name]
+        start, end = fmt(_utc(lease["start_date"])), fmt(_utc(lease["end_date"]))
+        said = f"{mark} {name}: PENDING, {start} to {end}, project admin, id {lease['id']}"
+        assert said in legend, shown
+
+
 def test_calendar_for_scripts_and_for_a_member(live_sqlite: LiveServer) -> None:
     url = ("--url", live_sqlite.url)
     leases = seed(url)

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,32 @@ def test_force_end_shows_the_lease_ended(live_sqlite: LiveServer) -> None:
     ended = run_json("lease", "force-end", "running", *url)
     assert ended["status"] == "TERMINATED", ended
     assert run_json("lease", "show", "running", *url)["status"] == "TERMINATED"
+    # The reason's date as every date of the table: UTC without its offset, a space for the T.
+    (reason,) = [
+        line
+        for line in run("lease", "show", "running", *url).stdout.splitlines()
+        if "reason" in line
+    ]
+    assert "end forced" in reason and "+00:00" not in reason and not re.search(r"\dT\d", reason)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("at 2026-12-07T16:43:32.645569+00:00", "at 2026-12-07 16:43:32.645569"),
+        ("until 2030-06-01T11:00:00+02:00.", "until 2030-06-01 09:00."),
+        ("2030-06-01T09:00:00.000000", "2030-06-01 09:00"),
+        (
+            "from 2030-06-01T09:00Z to 2030-06-01 10:00:30",
+            "from 2030-06-01 09:00 to 2030-06-01 10:00:30",
+        ),
+        ("lease 12030-06-01T09:00 or 2030-06-01", "lease 12030-06-01T09:00 or 2030-06-01"),
+    ],
+)
+def test_dates_in_messages_are_shown_as_in_tables(text: str, shown: str) -> None:
+    from climate.cli.output import show_dates
+
+    assert show_dates(text) == shown
 
 
 def test_lease_create_wait_fails_when_the_lease_does_not_start(

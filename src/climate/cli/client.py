@@ -17,6 +17,7 @@ from climate.cli.output import (
     emit,
     printable,
     record,
+    show_dates,
     table,
 )
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
@@ -158,8 +159,9 @@ def _only_reservation(lease: dict[str, Any]) -> str:
 def _heartbeat_line(beat: dict[str, Any]) -> str:
     said = f"lease {beat['lease_id']}: in use at {beat['at']}"
     if beat["release_at"] is None:
-        return f"{said}; idle reclamation does not watch it"
-    return f"{said}; if idle, warned at {beat['warning_at']} and ended at {beat['release_at']}"
+        return show_dates(f"{said}; idle reclamation does not watch it")
+    warned, ended = beat["warning_at"], beat["release_at"]
+    return show_dates(f"{said}; if idle, warned at {warned} and ended at {ended} (UTC)")
 
 
 def _create_lease(api: ApiClient, args: argparse.Namespace) -> None:

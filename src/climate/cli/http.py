@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from climate.cli.lease_display import counter_offers
-from climate.cli.output import add_format_options, printable
+from climate.cli.output import add_format_options, printable, show_dates
 
 if TYPE_CHECKING:
     from climate.keystone import ServiceCredentials
@@ -44,7 +44,7 @@ class ApiClient:
         if response.status_code >= 400:
             try:
                 error = response.json()
-                message = printable(str(error.get("error_message", response.text)))
+                message = show_dates(printable(str(error.get("error_message", response.text))))
                 message += counter_offers(error)
             except (ValueError, AttributeError):
                 message = printable(_first_line(response.text))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from climate.cli.output import console, printable, show_date
+from climate.cli.output import console, printable, show_date, show_dates
 
 if TYPE_CHECKING:
     from climate.cli.http import ApiClient
@@ -68,7 +68,7 @@ def phase(lease: dict[str, Any]) -> str:
         return "starting"
     if status == "ACTIVE":
         return "active"
-    reason = f": {lease['status_reason']}" if lease.get("status_reason") else ""
+    reason = f": {show_dates(lease['status_reason'])}" if lease.get("status_reason") else ""
     return f"{status.lower()}{reason}"
 
 

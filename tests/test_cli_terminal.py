@@ -233,6 +233,19 @@ def test_names_as_well_as_ids(live_sqlite: LiveServer) -> None:
     )
     segment = run_json("network", "create", "100", "--network-type", "vlan", *url)
     assert run_json("network", "show", "100", *url)["id"] == segment["id"]
+    # A segment's id is unique per physical network: PHYSNET/SEGMENT names one of several.
+    physnet = ("--network-type", "vlan", "--physical-network")
+    one = run_json("network", "create", "200", *physnet, "physnet1", *url)
+    two = run_json("network", "create", "200", *physnet, "physnet2", *url)
+    assert run_json("network", "show", "physnet2/200", *url)["id"] == two["id"]
+    several = run("network", "show", "200", *url, ok=False)
+    assert f"2 networks are named '200': {one['id']} (physnet1/200), {two['id']}" in (
+        several.stderr
+    )
+    assert "give an id or physical_network/segment_id such as physnet1/200" in several.stderr
+    gone = run("network", "delete", "physnet1/200", *url).stdout
+    assert gone.strip() == f"Deleted network {one['id']}"
+    assert run_json("network", "show", "200", *url)["id"] == two["id"]
     device = run_json("device", "create", "fpga-0", *url)
     assert run_json("device", "show", "fpga-0", *url)["id"] == device["id"]
     missing = run("device", "show", "fpga-9", *url, ok=False)

@@ -231,6 +231,9 @@ class Kind:
     name_field: str
     numbered: bool = False
     """Its ids are numbers, which a name may be too (a host named ``12345``); else UUIDs."""
+    pool_field: str | None = None
+    """The field a name is unique within (a segment's physical network): ``POOL/NAME`` names
+    one where the name alone names several."""
     filter_by_name: bool = False
     """The list takes ``?name=`` (leases)."""
 
@@ -251,7 +254,7 @@ def find_id(api: ApiClient, kind: Kind, ref: str) -> str:
         return ref
     query = {"name": ref} if kind.filter_by_name else {}
     found = api.every(kind.path, kind.list_key, **query)
-    matches = [item for item in found if str(item.get(kind.name_field)) == ref]
+    matches = [item for item in found if ref in _names(kind, item)]
     shown = printable(ref)
     if kind.numbered and _NUMBER.fullmatch(ref) and any(str(i["id"]) == ref for i in found):
         others = ", ".join(str(m["id"]) for m in matches if str(m["id"]) != ref)
@@ -266,13 +269,27 @@ def find_id(api: ApiClient, kind: Kind, ref: str) -> str:
         return str(matches[0]["id"])
     if not matches:
         raise SystemExit(f"error: no {kind.noun} with the id or name '{shown}'")
-    listed = ", ".join(printable(_summary(m)) for m in matches)
+    listed = ", ".join(printable(_summary(kind, m)) for m in matches)
+    either = "an id"
+    if kind.pool_field is not None:
+        example = _names(kind, matches[0])[-1]
+        either += f" or {kind.pool_field}/{kind.name_field} such as {printable(example)}"
     raise SystemExit(
-        f"error: {len(matches)} {kind.noun}s are named '{shown}': {listed}; give an id"
+        f"error: {len(matches)} {kind.noun}s are named '{shown}': {listed}; give {either}"
     )
 
 
-def _summary(found: dict[str, Any]) -> str:
+def _names(kind: Kind, item: dict[str, Any]) -> tuple[str, ...]:
+    """What names ``item``: its name, and ``POOL/NAME`` for a kind with pools."""
+    name = str(item.get(kind.name_field))
+    if kind.pool_field is None or item.get(kind.pool_field) is None:
+        return (name,)
+    return name, f"{item[kind.pool_field]}/{name}"
+
+
+def _summary(kind: Kind, found: dict[str, Any]) -> str:
+    if kind.pool_field is not None:
+        return f"{found['id']} ({_names(kind, found)[-1]})"
     extra = [str(found[k]) for k in ("status", "project_id", "start_date") if found.get(k)]
     return f"{found['id']} ({', '.join(extra)})" if extra else str(found["id"])
 

@@ -166,6 +166,12 @@ def test_an_update_that_changes_nothing_is_refused_before_it_is_sent() -> None:
     assert "error: nothing to update; give --name, --start, --end, --min, --max" in done.stderr
 
 
+def test_a_host_update_that_changes_nothing_is_refused_before_it_is_sent() -> None:
+    done = run("host", "update", "h-1", "--url", "http://127.0.0.1:9", ok=False)
+    assert done.returncode == 1 and "cannot reach" not in done.stderr, done.stderr
+    assert "error: nothing to update; give --extra KEY=VALUE" in done.stderr
+
+
 def test_an_update_refused_prints_the_changes_offered(live_sqlite: LiveServer) -> None:
     url = ("--url", live_sqlite.url)
     run("host", "create", "compute-0", *url)

@@ -62,6 +62,8 @@ def host_command(args: argparse.Namespace) -> None:
         body: dict[str, Any] = {"name": args.name, **key_values(args.extra)}
         show(args, api.call("POST", "/os-hosts", body)["host"])
         return
+    if args.action == "update" and not args.extra:
+        raise SystemExit("error: nothing to update; give --extra KEY=VALUE")
     path = path_of(HOST, find_id(api, HOST, args.host))
     if args.action == "show":
         show(args, api.call("GET", path)["host"])

@@ -88,7 +88,8 @@ def test_host_commands(live_sqlite: LiveServer) -> None:
     duplicate = run("host", "create", "compute-0", *url, ok=False)
     assert "error (409)" in duplicate.stderr and "compute-0" in duplicate.stderr
     missing = run("host", "show", "999", *url, ok=False)
-    assert "error (404)" in missing.stderr and "Traceback" not in missing.stderr
+    assert "no host with the id or name '999'" in missing.stderr
+    assert "Traceback" not in missing.stderr
     bad = run("host", "update", host_id, "--extra", "novalue", *url, ok=False)
     assert "key=value" in bad.stderr
     member = run("host", "list", *url, "--project", "project-a", ok=False)
@@ -156,6 +157,19 @@ def test_lease_commands(live_sqlite: LiveServer) -> None:
 def test_client_reports_an_unreachable_server() -> None:
     done = run("lease", "list", "--url", "http://127.0.0.1:9", ok=False)
     assert "cannot reach" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_update_that_changes_nothing_is_refused_before_it_is_sent() -> None:
+    # The server is unreachable: the refusal is the command's own, before any request.
+    done = run("lease", "update", "some-lease", "--url", "http://127.0.0.1:9", ok=False)
+    assert done.returncode == 1 and "cannot reach" not in done.stderr, done.stderr
+    assert "error: nothing to update; give --name, --start, --end, --min, --max" in done.stderr
+
+
+def test_a_host_update_that_changes_nothing_is_refused_before_it_is_sent() -> None:
+    done = run("host", "update", "h-1", "--url", "http://127.0.0.1:9", ok=False)
+    assert done.returncode == 1 and "cannot reach" not in done.stderr, done.stderr
+    assert "error: nothing to update; give --extra KEY=VALUE" in done.stderr
 
 
 def test_an_update_refused_prints_the_changes_offered(live_sqlite: LiveServer) -> None:

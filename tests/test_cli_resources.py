@@ -106,7 +106,8 @@ def test_inventory_commands(live_sqlite: LiveServer, kind: str) -> None:
     assert run(kind, "delete", item_id, *url).stdout.strip() == f"Deleted {kind} {item_id}"
     assert run_json(kind, "list", *url) == []
     missing = run(kind, "show", item_id, *url, ok=False)
-    assert "error (404)" in missing.stderr and "Traceback" not in missing.stderr
+    assert f"no {kind} with the id or name '{item_id}'" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 def test_create_errors_print_the_apis_message(live_sqlite: LiveServer) -> None:
@@ -175,7 +176,7 @@ def test_a_lease_mixing_instances_a_floating_ip_and_a_device(live_sqlite: LiveSe
     assert run_json("instance", "allocations", "--lease-id", NO_LEASE, *url) == []
     assert "count" in run("instance", "allocations", "--start", START, *url).stdout
     unknown = run("instance", "allocations", "999", *url, ok=False)
-    assert "error (404)" in unknown.stderr
+    assert "no host with the id or name '999'" in unknown.stderr
 
 
 def test_lease_types_holds_and_the_queue(live_sqlite: LiveServer) -> None:
@@ -396,6 +397,51 @@ def test_a_refused_lease_of_any_type_prints_offers_to_paste(live_sqlite: LiveSer
     assert accepted["start_date"] == taken["end_date"]
 
 
+def test_lease_update_changes_a_reservations_amounts(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    for name in ("h-0", "h-1", "h-2"):
+        run("host", "create", name, *url)
+    for segment in ("100", "101"):
+        run("network", "create", segment, "--network-type", "vlan", *url)
+    hosts = lease(url, "hosts", "--start", START, "--end", END)
+    grown = run_json("lease", "update", "hosts", "--min", "2", "--max", "3", *url)
+    (changed,) = grown["reservations"]
+    assert (changed["id"], changed["min"], changed["max"]) == (
+        hosts["reservations"][0]["id"],
+        2,
+        3,
+    )
+    assert len(changed["allocations"]) == 3
+
+    both = lease(
+        url,
+        "both",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--reservation",
+        "resource_type=network,amount=1",
+    )
+    mixed = lease(
+        url, "mixed", "--start", END, "--end", fmt(T0 + dt.timedelta(days=3)),
+        "--reservation", "resource_type=network,amount=1",
+        "--reservation", "resource_type=physical:host,min=1,max=1",
+    )  # fmt: skip
+    unsaid = run("lease", "update", "mixed", "--amount", "2", *url, ok=False)
+    assert "has 2 reservations; give --reservation-id" in unsaid.stderr, unsaid.stderr
+    segments = mixed["reservations"][0]["id"]
+    assert segments in unsaid.stderr and "(network)" in unsaid.stderr
+    said = run_json("lease", "update", "mixed", "--amount", "2", "--reservation-id", segments, *url)
+    assert [r.get("amount") for r in said["reservations"]] == [2, None]
+    assert (
+        run_json("lease", "update", "both", "--amount", "2", *url)["reservations"][0]["amount"] == 2
+    )
+    assert both["reservations"][0]["amount"] == 1
+    alone = run("lease", "update", "both", "--reservation-id", segments, *url, ok=False)
+    assert "--reservation-id goes with --min, --max or --amount" in alone.stderr
+
+
 @pytest.mark.parametrize(
     ("options", "mentions"),
     [
@@ -471,12 +517,57 @@ def test_reservation_values_that_read_as_json_are_sent_as_json(
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("600", 600), ("10m", 600), ("2h", 7200), ("1d", 86400), ("01:30", 5400)]
+    ("text", "seconds"),
+    [
+        ("600", 600),
+        ("10m", 600),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("01:30", 5400),
+        ("1h30m", 5400),
+        ("1d 2h", 93600),
+        ("45s", 45),
+        ("PT2H", 7200),
+        ("p1dt12h", 129600),
+    ],
 )
-def test_hold_durations(text: str, seconds: int) -> None:
-    from climate.cli.lease_types import hold_seconds
+def test_durations(text: str, seconds: int) -> None:
+    from climate.cli.durations import seconds as parse
 
-    assert hold_seconds(text) == seconds
+    assert parse(text) == seconds
+
+
+def test_human_durations_where_a_duration_is_asked(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    run("host", "create", "compute-0", *url)
+    latest = fmt(T0 + dt.timedelta(days=3))
+    flexible = lease(
+        url, "flex", "--duration", "2h", "--earliest-start", START, "--latest-end", latest
+    )
+    length = dt.datetime.fromisoformat(flexible["end_date"]) - dt.datetime.fromisoformat(
+        flexible["start_date"]
+    )
+    assert length == dt.timedelta(hours=2)
+    windows = run_json("availability", "search", "--duration", "1h30m", "--end", latest, *url)
+    first = windows[0]
+    assert dt.datetime.fromisoformat(first["end_date"]) - dt.datetime.fromisoformat(
+        first["start_date"]
+    ) >= dt.timedelta(minutes=90)
+    series = run_json(
+        "series", "create", "weekly", "--start", END, "--duration", "30m",
+        "--rrule", "FREQ=WEEKLY;COUNT=2", "--reminder", "10m", *url,
+    )["series"]  # fmt: skip
+    assert (series["duration"], series["reminders"]) == (1800, ["PT10M"])
+    for command in (
+        ("lease", "create", "x", "--latest-end", latest, "--duration"),
+        ("availability", "search", "--end", latest, "--duration"),
+        ("series", "create", "y", "--start", END, "--rrule", "COUNT=1", "--duration"),
+        ("lease", "create", "z", "--end", END, "--hold"),
+    ):
+        for bad in ("2 hours", "0", "-1h", "1h2d"):
+            done = run(*command[:-1], f"{command[-1]}={bad}", *url, ok=False)
+            assert f"argument {command[-1]}: must be a duration above zero" in done.stderr
+            assert repr(bad) in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,21 @@ def test_calendar_puts_each_lease_in_its_columns(live_sqlite: LiveServer) -> Non
     assert "90 days do not fit in 60 columns" in narrow.stderr
 
 
+@pytest.mark.parametrize("columns", ["60", "40"])
+def test_the_calendars_legend_fits_a_narrow_terminal(live_sqlite: LiveServer, columns: str) -> None:
+    url = ("--url", live_sqlite.url)
+    leases = seed(url)
+    window = ("--start", DAY0.strftime("%Y-%m-%d"), "--days", "3", *url)
+    shown = run("calendar", *window, env={"COLUMNS": columns}).stdout
+    assert all(len(line) <= int(columns) for line in shown.splitlines()), shown
+    legend = " ".join(shown[shown.index("A alpha") :].split())  # the paragraphs, unwrapped
+    for name, mark in (("alpha", "A"), ("beta", "B")):
+        lease = leases[name]
+        start, end = fmt(_utc(lease["start_date"])), fmt(_utc(lease["end_date"]))
+        said = f"{mark} {name}: PENDING, {start} to {end}, project admin, id {lease['id']}"
+        assert said in legend, shown
+
+
 def test_calendar_for_scripts_and_for_a_member(live_sqlite: LiveServer) -> None:
     url = ("--url", live_sqlite.url)
     leases = seed(url)
@@ -149,6 +165,42 @@ def test_lease_create_wait_follows_it_until_active(live_sqlite: LiveServer) -> N
     assert "--wait and --dry-run" in both.stderr
 
 
+def test_force_end_shows_the_lease_ended(live_sqlite: LiveServer) -> None:
+    url = ("--url", live_sqlite.url)
+    run("host", "create", "h-a", *url)
+    end = fmt(dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
+    run("lease", "create", "running", "--end", end, "--wait", *url)
+    ended = run_json("lease", "force-end", "running", *url)
+    assert ended["status"] == "TERMINATED", ended
+    assert run_json("lease", "show", "running", *url)["status"] == "TERMINATED"
+    # The reason's date as every date of the table: UTC without its offset, a space for the T.
+    (reason,) = [
+        line
+        for line in run("lease", "show", "running", *url).stdout.splitlines()
+        if "reason" in line
+    ]
+    assert "end forced" in reason and "+00:00" not in reason and not re.search(r"\dT\d", reason)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("at 2026-12-07T16:43:32.645569+00:00", "at 2026-12-07 16:43:32.645569"),
+        ("until 2030-06-01T11:00:00+02:00.", "until 2030-06-01 09:00."),
+        ("2030-06-01T09:00:00.000000", "2030-06-01 09:00"),
+        (
+            "from 2030-06-01T09:00Z to 2030-06-01 10:00:30",
+            "from 2030-06-01 09:00 to 2030-06-01 10:00:30",
+        ),
+        ("lease 12030-06-01T09:00 or 2030-06-01", "lease 12030-06-01T09:00 or 2030-06-01"),
+    ],
+)
+def test_dates_in_messages_are_shown_as_in_tables(text: str, shown: str) -> None:
+    from climate.cli.output import show_dates
+
+    assert show_dates(text) == shown
+
+
 def test_lease_create_wait_fails_when_the_lease_does_not_start(
     settings: Settings, sqlite_url: str
 ) -> None:
@@ -170,6 +222,30 @@ def test_names_as_well_as_ids(live_sqlite: LiveServer) -> None:
     host = run_json("host", "create", "compute-x", *url)
     assert run_json("host", "show", "compute-x", *url)["id"] == host["id"]
     assert run_json("host", "update", "compute-x", "--extra", "rack=r9", *url)["rack"] == "r9"
+    # A name of digits is found as a name; a number that is an id and a name is the id, said.
+    digits = run_json("host", "create", "12345", *url)
+    assert run_json("host", "show", "12345", *url)["id"] == digits["id"] != "12345"
+    twin = run_json("host", "create", str(host["id"]), *url)
+    both = run("host", "show", str(host["id"]), "-f", "json", *url)
+    assert json.loads(both.stdout)["id"] == host["id"]
+    assert f"'{host['id']}' is the id of host {host['id']} and the name of host {twin['id']}" in (
+        both.stderr
+    )
+    segment = run_json("network", "create", "100", "--network-type", "vlan", *url)
+    assert run_json("network", "show", "100", *url)["id"] == segment["id"]
+    # A segment's id is unique per physical network: PHYSNET/SEGMENT names one of several.
+    physnet = ("--network-type", "vlan", "--physical-network")
+    one = run_json("network", "create", "200", *physnet, "physnet1", *url)
+    two = run_json("network", "create", "200", *physnet, "physnet2", *url)
+    assert run_json("network", "show", "physnet2/200", *url)["id"] == two["id"]
+    several = run("network", "show", "200", *url, ok=False)
+    assert f"2 networks are named '200': {one['id']} (physnet1/200), {two['id']}" in (
+        several.stderr
+    )
+    assert "give an id or physical_network/segment_id such as physnet1/200" in several.stderr
+    gone = run("network", "delete", "physnet1/200", *url).stdout
+    assert gone.strip() == f"Deleted network {one['id']}"
+    assert run_json("network", "show", "200", *url)["id"] == two["id"]
     device = run_json("device", "create", "fpga-0", *url)
     assert run_json("device", "show", "fpga-0", *url)["id"] == device["id"]
     missing = run("device", "show", "fpga-9", *url, ok=False)

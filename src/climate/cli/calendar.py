@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +28,10 @@ FREE, BOUNDARY = ".", "|"
 """A free cell; a free cell that starts a day (an hour)."""
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 LEGEND_COLUMNS = ["mark", "name", "status", "start_date", "end_date", "project_id", "id"]
+FOLDS = frozenset({"name", "id"})
+"""The legend's columns that fold to fit; narrower than ``FOLDED_WIDTH`` each, it is a
+paragraph per lease instead."""
+FOLDED_WIDTH = 12
 
 
 @dataclass(frozen=True)
@@ -247,25 +252,49 @@ def calendar_command(args: argparse.Namespace) -> None:
     if not rows:
         out.print(Text("no resources to show"))
     if leases:
-        out.print(_legend(leases, mark, by_mark))
+        out.print(_legend(out, leases, mark, by_mark))
     notes = f"{SEVERAL}: several leases; {FREE}: free"
     if per_slot >= 3:
         notes += f"; {BOUNDARY}: free, start of {'an hour' if args.hours else 'a day'}"
     out.print(Text(notes))
 
 
-def _legend(leases: list[dict[str, Any]], mark: dict[str, str], colour: dict[str, str]) -> Table:
-    """Each lease's mark and what it is; only names and ids fold to fit the width."""
-    legend = Table(box=box.ASCII, header_style="bold")
-    for column in LEGEND_COLUMNS:
-        folds = column in ("name", "id")
-        legend.add_column(column, no_wrap=not folds, overflow="fold" if folds else "ellipsis")
+def _legend(
+    out: Console, leases: list[dict[str, Any]], mark: dict[str, str], colour: dict[str, str]
+) -> RenderableType:
+    """Each lease's mark and what it is: a table where it fits (only names and ids fold), else
+    a paragraph per lease."""
+    rows = [
+        [mark[lease["id"]], *(cell(lease.get(c)) for c in LEGEND_COLUMNS[1:])] for lease in leases
+    ]
+    widths = [
+        max(len(text) for text in column) for column in zip(LEGEND_COLUMNS, *rows, strict=True)
+    ]
+    # The table fits when the columns that do not fold are whole and the others (name, id) have
+    # FOLDED_WIDTH each; 3 per column of borders and padding, and the last border.
+    needed = sum(
+        min(w, FOLDED_WIDTH) if c in FOLDS else w
+        for c, w in zip(LEGEND_COLUMNS, widths, strict=True)
+    )
+    if needed + 3 * len(LEGEND_COLUMNS) + 1 <= out.width:
+        legend = Table(box=box.ASCII, header_style="bold")
+        for column in LEGEND_COLUMNS:
+            folds = column in FOLDS
+            legend.add_column(column, no_wrap=not folds, overflow="fold" if folds else "ellipsis")
+        for row in rows:
+            legend.add_row(Text(row[0], style=colour.get(row[0], "")), *map(Text, row[1:]))
+        return legend
+    paragraphs = []
     for lease in leases:
         shown = mark[lease["id"]]
-        cells = [Text(shown, style=colour.get(shown, ""))]
-        cells += [Text(cell(lease.get(column))) for column in LEGEND_COLUMNS[1:]]
-        legend.add_row(*cells)
-    return legend
+        what = Text(shown, style=colour.get(shown, ""))
+        what.append(
+            f" {cell(lease['name'])}: {lease['status']}, {cell(lease['start_date'])} to "
+            f"{cell(lease['end_date'])}, project {cell(lease['project_id'])}, id {lease['id']}"
+        )
+        what.overflow = "fold"
+        paragraphs.append(what)
+    return Group(*paragraphs)
 
 
 def _data(

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 from urllib.parse import urlencode
 
+from climate.cli.durations import EXAMPLES, seconds
 from climate.cli.http import HOST, LEASE, ApiClient, add_client_options, connect, find_id, path_of
 from climate.cli.lease_display import show_lease
 from climate.cli.lease_types import add_lease_type_options, lease_type_fields
@@ -16,15 +17,19 @@ from climate.cli.output import (
     emit,
     printable,
     record,
+    show_dates,
     table,
 )
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
-from climate.cli.wait import add_wait_options, wait_active
+from climate.cli.wait import add_wait_options, wait_active, wait_ended
 
 DATE_HELP = "'YYYY-MM-DD HH:MM[:SS]' in UTC (or ISO 8601 with an offset)"
 HOST_REF = "host id or name"
 LEASE_REF = "lease id or name"
 EXTRA = "a property; repeat it for several"
+AMOUNTS = ("min", "max", "amount")
+"""What ``lease update`` changes of a reservation: hosts' and devices' ``min``/``max``, the
+``amount`` of instances, floating IPs, segments and volumes."""
 
 
 def key_values(pairs: list[str], option: str = "--extra") -> dict[str, str]:
@@ -57,6 +62,8 @@ def host_command(args: argparse.Namespace) -> None:
         body: dict[str, Any] = {"name": args.name, **key_values(args.extra)}
         show(args, api.call("POST", "/os-hosts", body)["host"])
         return
+    if args.action == "update" and not args.extra:
+        raise SystemExit("error: nothing to update; give --extra KEY=VALUE")
     path = path_of(HOST, find_id(api, HOST, args.host))
     if args.action == "show":
         show(args, api.call("GET", path)["host"])
@@ -94,18 +101,14 @@ def lease_command(args: argparse.Namespace) -> None:
         else:
             _create_lease(api, args)
         return
+    changes = _changes(args) if args.action == "update" else {}
     lease_id = find_id(api, LEASE, args.lease)
     path = path_of(LEASE, lease_id)
     if args.action == "show":
         show_lease(args, api, api.call("GET", path)["lease"])
     elif args.action == "update":
-        changes: dict[str, Any] = {}
-        if args.name:
-            changes["name"] = args.name
-        if args.end:
-            changes["end_date"] = args.end
-        if args.start:
-            changes["start_date"] = args.start
+        for changed in changes.get("reservations", []):
+            changed["id"] = changed["id"] or _only_reservation(api.call("GET", path)["lease"])
         show_lease(args, api, api.call("PUT", path, changes)["lease"])
     elif args.action == "delete":
         api.call("DELETE", path)
@@ -114,7 +117,7 @@ def lease_command(args: argparse.Namespace) -> None:
         show_lease(args, api, api.call("POST", f"{path}/{args.action}")["lease"])
     elif args.action == "force-end":
         body = {"skip_backend": args.skip_backend}
-        show_lease(args, api, api.call("POST", f"{path}/force-end", body)["lease"])
+        show_lease(args, api, wait_ended(api, api.call("POST", f"{path}/force-end", body)["lease"]))
     elif args.action == "idle-exempt":
         state = api.call("PUT", f"{path}/idle", {"exempt": not args.off})["idle"]
         if not emit(args, state):
@@ -126,11 +129,41 @@ def lease_command(args: argparse.Namespace) -> None:
             print(_heartbeat_line(beat))
 
 
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    """``lease update``'s body, its reservation's id left None when not given; asking for no
+    change is refused here rather than sent."""
+    given = {"name": args.name, "start_date": args.start, "end_date": args.end}
+    changes = {field: value for field, value in given.items() if value is not None}
+    amounts = {key: getattr(args, key) for key in AMOUNTS if getattr(args, key) is not None}
+    if args.reservation_id is not None and not amounts:
+        raise SystemExit("error: --reservation-id goes with --min, --max or --amount")
+    if not changes and not amounts:
+        raise SystemExit(
+            "error: nothing to update; give --name, --start, --end, --min, --max or --amount"
+        )
+    if amounts:
+        changes["reservations"] = [{"id": args.reservation_id, **amounts}]
+    return changes
+
+
+def _only_reservation(lease: dict[str, Any]) -> str:
+    """The id of the lease's one reservation; with several, which one must be said."""
+    reservations = lease["reservations"]
+    if len(reservations) == 1:
+        return str(reservations[0]["id"])
+    listed = ", ".join(f"{r['id']} ({r['resource_type']})" for r in reservations)
+    raise SystemExit(
+        f"error: lease {lease['id']} has {len(reservations)} reservations; give "
+        f"--reservation-id, one of {printable(listed)}"
+    )
+
+
 def _heartbeat_line(beat: dict[str, Any]) -> str:
     said = f"lease {beat['lease_id']}: in use at {beat['at']}"
     if beat["release_at"] is None:
-        return f"{said}; idle reclamation does not watch it"
-    return f"{said}; if idle, warned at {beat['warning_at']} and ended at {beat['release_at']}"
+        return show_dates(f"{said}; idle reclamation does not watch it")
+    warned, ended = beat["warning_at"], beat["release_at"]
+    return show_dates(f"{said}; if idle, warned at {warned} and ended at {ended} (UTC)")
 
 
 def _create_lease(api: ApiClient, args: argparse.Namespace) -> None:
@@ -320,8 +353,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--duration",
-        help="a flexible window: this long ('HH:MM', seconds or ISO 8601 like PT2H), at the "
-        "earliest start that fits between --earliest-start and --latest-end",
+        type=seconds,
+        help=f"a flexible window: this long ({EXAMPLES}), at the earliest start that fits "
+        "between --earliest-start and --latest-end",
     )
     p.add_argument("--earliest-start", default="now", help="with --duration: from this date")
     p.add_argument("--latest-end", help="with --duration: ending by this date")
@@ -346,12 +380,21 @@ def register(sub: Any) -> None:
     add_wait_options(p)
     add_client_options(p)
     p = lease_actions.add_parser(
-        "update", help="rename a lease, move its start, extend or shrink it"
+        "update", help="rename a lease, move its start, extend or shrink it, change its amounts"
     )
     p.add_argument("lease", help=LEASE_REF)
     p.add_argument("--name", help="a new name")
     p.add_argument("--start", help=f"a new start, {DATE_HELP} (a lease not yet started)")
     p.add_argument("--end", help=f"a new end, {DATE_HELP}")
+    p.add_argument("--min", type=int, help="hosts or devices wanted at least")
+    p.add_argument("--max", type=int, help="hosts or devices wanted at most")
+    p.add_argument(
+        "--amount", type=int, help="instances, floating IPs, network segments or volumes wanted"
+    )
+    p.add_argument(
+        "--reservation-id",
+        help="the reservation --min, --max or --amount change (needed when the lease has several)",
+    )
     add_client_options(p)
     p = lease_actions.add_parser("confirm", help="confirm a held lease: it starts as planned")
     p.add_argument("lease", help=LEASE_REF)
@@ -370,7 +413,9 @@ def register(sub: Any) -> None:
     p = lease_actions.add_parser("retry", help="run a lease's failed events again (admin)")
     p.add_argument("lease", help=LEASE_REF)
     add_client_options(p)
-    p = lease_actions.add_parser("force-end", help="end a lease now (admin)")
+    p = lease_actions.add_parser(
+        "force-end", help="end a lease now (admin); shows it once the manager has ended it"
+    )
     p.add_argument("lease", help=LEASE_REF)
     p.add_argument(
         "--skip-backend",
@@ -383,7 +428,7 @@ def register(sub: Any) -> None:
     availability = sub.add_parser("availability", help="when resources are free")
     availability_actions = availability.add_subparsers(dest="action", required=True)
     p = availability_actions.add_parser("search", help="the earliest windows a lease would fit")
-    p.add_argument("--duration", required=True, help="'HH:MM' or seconds")
+    p.add_argument("--duration", type=seconds, required=True, help=f"how long: {EXAMPLES}")
     p.add_argument("--start", default="now", help=f"search from 'now' (the default) or {DATE_HELP}")
     p.add_argument("--end", required=True, help=f"windows end by this date, {DATE_HELP}")
     add_reservation_options(p)
@@ -392,7 +437,9 @@ def register(sub: Any) -> None:
     p = availability_actions.add_parser("timeline", help="free capacity per bucket of time")
     p.add_argument("--start", default="now", help=f"from 'now' (the default) or {DATE_HELP}")
     p.add_argument("--end", required=True, help=f"up to {DATE_HELP}")
-    p.add_argument("--bucket", type=int, default=3600, help="seconds per bucket")
+    p.add_argument(
+        "--bucket", type=seconds, default=3600, help="how long a bucket is, e.g. 3600 or 1h"
+    )
     p.add_argument(
         "--resource-type", help="physical:host (default), virtual:instance, virtual:volume, ..."
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -15,7 +16,7 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from climate.cli.lease_display import counter_offers
-from climate.cli.output import add_format_options, printable
+from climate.cli.output import add_format_options, printable, show_dates
 
 if TYPE_CHECKING:
     from climate.keystone import ServiceCredentials
@@ -43,7 +44,7 @@ class ApiClient:
         if response.status_code >= 400:
             try:
                 error = response.json()
-                message = printable(str(error.get("error_message", response.text)))
+                message = show_dates(printable(str(error.get("error_message", response.text))))
                 message += counter_offers(error)
             except (ValueError, AttributeError):
                 message = printable(_first_line(response.text))
@@ -228,41 +229,67 @@ class Kind:
     path: str
     list_key: str
     name_field: str
-    id_pattern: re.Pattern[str]
+    numbered: bool = False
+    """Its ids are numbers, which a name may be too (a host named ``12345``); else UUIDs."""
+    pool_field: str | None = None
+    """The field a name is unique within (a segment's physical network): ``POOL/NAME`` names
+    one where the name alone names several."""
     filter_by_name: bool = False
     """The list takes ``?name=`` (leases)."""
 
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
 _NUMBER = re.compile(r"[0-9]+")
-LEASE = Kind("lease", "/leases", "leases", "name", _UUID, filter_by_name=True)
-HOST = Kind("host", "/os-hosts", "hosts", "hypervisor_hostname", _NUMBER)
-SERIES = Kind("series", "/lease-series", "series", "name", _UUID)
+LEASE = Kind("lease", "/leases", "leases", "name", filter_by_name=True)
+HOST = Kind("host", "/os-hosts", "hosts", "hypervisor_hostname", numbered=True)
+SERIES = Kind("series", "/lease-series", "series", "name")
 
 
 def find_id(api: ApiClient, kind: Kind, ref: str) -> str:
-    """The id of the ``kind`` named or identified by ``ref``: an id as is (as ``blazar`` takes a
-    UUID), else the one object with that name; none or several is an error naming them."""
-    if kind.id_pattern.fullmatch(ref):
+    """The id of the ``kind`` named or identified by ``ref``: a UUID as is (as ``blazar`` takes
+    one), a number that is an object's id, else the one object with that name; none or several
+    is an error naming them. A number that is one object's id and another's name is the id, and
+    a note on stderr says so."""
+    if not kind.numbered and _UUID.fullmatch(ref):
         return ref
     query = {"name": ref} if kind.filter_by_name else {}
-    matches = [
-        found
-        for found in api.every(kind.path, kind.list_key, **query)
-        if str(found.get(kind.name_field)) == ref
-    ]
+    found = api.every(kind.path, kind.list_key, **query)
+    matches = [item for item in found if ref in _names(kind, item)]
+    shown = printable(ref)
+    if kind.numbered and _NUMBER.fullmatch(ref) and any(str(i["id"]) == ref for i in found):
+        others = ", ".join(str(m["id"]) for m in matches if str(m["id"]) != ref)
+        if others:
+            print(
+                f"note: '{shown}' is the id of {kind.noun} {shown} and the name of "
+                f"{kind.noun} {others}: using {kind.noun} {shown} (give {others} for the other)",
+                file=sys.stderr,
+            )
+        return ref
     if len(matches) == 1:
         return str(matches[0]["id"])
-    shown = printable(ref)
     if not matches:
         raise SystemExit(f"error: no {kind.noun} with the id or name '{shown}'")
-    listed = ", ".join(printable(_summary(m)) for m in matches)
+    listed = ", ".join(printable(_summary(kind, m)) for m in matches)
+    either = "an id"
+    if kind.pool_field is not None:
+        example = _names(kind, matches[0])[-1]
+        either += f" or {kind.pool_field}/{kind.name_field} such as {printable(example)}"
     raise SystemExit(
-        f"error: {len(matches)} {kind.noun}s are named '{shown}': {listed}; give an id"
+        f"error: {len(matches)} {kind.noun}s are named '{shown}': {listed}; give {either}"
     )
 
 
-def _summary(found: dict[str, Any]) -> str:
+def _names(kind: Kind, item: dict[str, Any]) -> tuple[str, ...]:
+    """What names ``item``: its name, and ``POOL/NAME`` for a kind with pools."""
+    name = str(item.get(kind.name_field))
+    if kind.pool_field is None or item.get(kind.pool_field) is None:
+        return (name,)
+    return name, f"{item[kind.pool_field]}/{name}"
+
+
+def _summary(kind: Kind, found: dict[str, Any]) -> str:
+    if kind.pool_field is not None:
+        return f"{found['id']} ({_names(kind, found)[-1]})"
     extra = [str(found[k]) for k in ("status", "project_id", "start_date") if found.get(k)]
     return f"{found['id']} ({', '.join(extra)})" if extra else str(found["id"])
 

@@ -4,7 +4,6 @@ the resource types other than hosts, and what is reserved of each, over the HTTP
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +12,6 @@ from urllib.parse import urlencode
 from climate.cli.client import key_values, show
 from climate.cli.http import HOST, ApiClient, Kind, add_client_options, connect, find_id, path_of
 from climate.cli.output import emit, table
-
-_NUMBER = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -33,11 +30,20 @@ class Inventory:
     list_key: str = ""
     name_field: str = "name"
     """The field ``show``, ``update``... find an object by, beside its id."""
+    pool_field: str | None = None
+    """The field its name is unique within (``Kind.pool_field``)."""
 
     @property
     def kind(self) -> Kind:
         list_key = self.list_key or self.path
-        return Kind(self.command, f"/{self.path}", list_key, self.name_field, _NUMBER)
+        return Kind(
+            self.command,
+            f"/{self.path}",
+            list_key,
+            self.name_field,
+            numbered=True,
+            pool_field=self.pool_field,
+        )
 
     def listed(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = answer[self.list_key or self.path]
@@ -68,6 +74,7 @@ INVENTORIES = (
         ("id", "physical_network", "segment_id", "network_type", "reservable"),
         _network,
         name_field="segment_id",
+        pool_field="physical_network",
     ),
     Inventory(
         "floatingip",
@@ -76,6 +83,7 @@ INVENTORIES = (
         ("id", "floating_network_id", "floating_ip_address", "reservable"),
         lambda args: {"floating_network_id": args.network, "floating_ip_address": args.address},
         name_field="floating_ip_address",
+        pool_field="floating_network_id",
     ),
     Inventory(
         "volume-pool",
@@ -216,6 +224,8 @@ def register(sub: Any) -> None:
     for inventory in INVENTORIES:
         noun = inventory.command
         named = f"id or {inventory.name_field.replace('_', ' ')}"
+        if inventory.pool_field is not None:
+            named += f" (or {inventory.pool_field.replace('_', ' ')}/{inventory.name_field})"
         parser = sub.add_parser(noun, help=f"manage {inventory.path} (admin)")
         actions = parser.add_subparsers(dest="action", required=True)
         p = actions.add_parser("list", help=f"the {inventory.path}, a page at a time")

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
+from climate.cli.durations import EXAMPLES, seconds
+
 LEASE_TYPES = ("scheduled", "immediate", "retry", "best_effort")
-_HOLD = re.compile(r"([0-9]{1,9})([smhd]?)")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_lease_type_options(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +19,9 @@ def add_lease_type_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", help="best_effort leases: stop hunting at this date")
     parser.add_argument(
         "--hold",
+        type=seconds,
         metavar="DURATION",
-        help="create the lease HELD for this long (600, 10m, 2h, 01:30) until `lease confirm`",
+        help=f"create the lease HELD for this long ({EXAMPLES}) until `lease confirm`",
     )
 
 
@@ -37,17 +37,5 @@ def lease_type_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.deadline is not None:
         fields["deadline"] = args.deadline
     if args.hold is not None:
-        fields["hold"] = {"expires_in": hold_seconds(args.hold)}
+        fields["hold"] = {"expires_in": args.hold}
     return fields
-
-
-def hold_seconds(text: str) -> int:
-    """``--hold``: whole seconds, or a number with ``s``, ``m``, ``h`` or ``d``, or ``HH:MM``."""
-    clean = text.strip().lower()
-    hours, sep, minutes = clean.partition(":")
-    if sep and hours.isdigit() and minutes.isdigit() and len(minutes) == 2:
-        return int(hours) * 3600 + int(minutes) * 60
-    found = _HOLD.fullmatch(clean)
-    if found is None:
-        raise SystemExit(f"error: --hold wants a duration like 600, 10m, 2h or 01:30, not {text!r}")
-    return int(found.group(1)) * _UNITS[found.group(2)]

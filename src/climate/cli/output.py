@@ -4,6 +4,7 @@ came from the server (docs/security.md)."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import sys
@@ -30,6 +31,12 @@ FORMATS = ("table", "json", "yaml")
 _DATE = re.compile(
     r"([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{2}:[0-9]{2})(?::([0-9]{2})(\.[0-9]+)?)?"
 )
+
+_STAMP = re.compile(
+    r"(?<![0-9])[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?"
+    r"(?:Z|[+-][0-9]{2}:[0-9]{2})?(?![0-9])"
+)
+"""A date with its time anywhere in a text, with an offset or not."""
 
 
 def add_format_options(parser: argparse.ArgumentParser) -> None:
@@ -87,13 +94,29 @@ def show_date(text: str) -> str:
     return shown
 
 
+def show_dates(text: str) -> str:
+    """``text`` with each date in it (``2030-06-01T09:00:00.000000``, with an offset or not, as
+    the server's messages write them) as ``show_date`` shows one, in UTC."""
+
+    def shown(found: re.Match[str]) -> str:
+        try:
+            when = dt.datetime.fromisoformat(found.group().replace("Z", "+00:00"))
+        except ValueError:
+            return found.group()
+        if when.tzinfo is not None:
+            when = when.astimezone(dt.UTC).replace(tzinfo=None)
+        return show_date(when.isoformat())
+
+    return _STAMP.sub(shown, text)
+
+
 def cell(value: Any) -> str:
     """A value as a table shows it."""
     if value is None:
         return ""
     if isinstance(value, dict | list):
         return _json(value)
-    return show_date(printable(str(value)))
+    return show_dates(printable(str(value)))
 
 
 def console(*, stderr: bool = False, width: int | None = None) -> Console:

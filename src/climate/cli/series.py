@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from climate.cli.client import show
+from climate.cli.durations import EXAMPLES, seconds
 from climate.cli.http import SERIES, add_client_options, connect, find_id, path_of
 from climate.cli.output import emit, record, table
 from climate.cli.reservation_args import add_reservation_options, requested_reservations
@@ -81,7 +82,7 @@ def register(sub: Any) -> None:
     p.add_argument("name", help="the series' name (each occurrence's lease is named after it)")
     p.add_argument("--start", required=True, help="the first occurrence's start (UTC)")
     p.add_argument("--end", help="the first occurrence's end (or --duration)")
-    p.add_argument("--duration", help="each occurrence's length ('HH:MM', seconds or PT2H)")
+    p.add_argument("--duration", type=seconds, help=f"each occurrence's length: {EXAMPLES}")
     p.add_argument(
         "--rrule", required=True, help="e.g. 'FREQ=WEEKLY;BYDAY=TU;COUNT=8' (COUNT or UNTIL)"
     )
@@ -96,8 +97,14 @@ def register(sub: Any) -> None:
     )
     add_reservation_options(p)
     p.add_argument(
-        "--reminder", action="append", default=[], help="a reminder before each end, e.g. PT1H"
+        "--reminder",
+        type=seconds,
+        action="append",
+        default=[],
+        help="a reminder this long before each end, e.g. 1h; repeatable",
     )
-    p.add_argument("--before-end-offset", help="the before-end event this long before the end")
+    p.add_argument(
+        "--before-end-offset", type=seconds, help="the before-end event this long before the end"
+    )
     add_client_options(p)
     series.set_defaults(func=series_command)

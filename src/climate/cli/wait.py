@@ -1,6 +1,6 @@
 """``lease create --wait``: follow a new lease until it is ACTIVE, showing where it is (waiting,
 starting, active) on stderr; a lease that fails, lapses or outlasts ``--wait-timeout`` is a
-failure (exit status 1)."""
+failure (exit status 1). ``lease force-end``: the lease once the manager has ended it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from climate.cli.output import console, printable, show_date
+from climate.cli.output import console, printable, show_date, show_dates
 
 if TYPE_CHECKING:
     from climate.cli.http import ApiClient
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 600.0
 POLL_SECONDS = 0.5
 FAILED = frozenset({"ERROR", "TIMEDOUT", "EXPIRED", "TERMINATING", "TERMINATED"})
+ENDED = frozenset({"ERROR", "TIMEDOUT", "EXPIRED", "TERMINATED"})
+END_TIMEOUT = 30.0
+"""How long ``force-end`` waits for the manager to run the end it asked for."""
 
 
 def add_wait_options(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +68,7 @@ def phase(lease: dict[str, Any]) -> str:
         return "starting"
     if status == "ACTIVE":
         return "active"
-    reason = f": {lease['status_reason']}" if lease.get("status_reason") else ""
+    reason = f": {show_dates(lease['status_reason'])}" if lease.get("status_reason") else ""
     return f"{status.lower()}{reason}"
 
 
@@ -95,3 +98,24 @@ def wait_active(
                 )
             time.sleep(POLL_SECONDS)
             lease = api.call("GET", f"/leases/{lease['id']}")["lease"]
+
+
+def wait_ended(
+    api: ApiClient, lease: dict[str, Any], timeout: float = END_TIMEOUT
+) -> dict[str, Any]:
+    """The lease once ended, or as it is when ``timeout`` runs out (with a note on stderr):
+    a forced end is an event the manager runs within moments, not at once."""
+    out = console(stderr=True)
+    deadline = time.monotonic() + timeout
+    with out.status(Text(f"lease {printable(lease['name'])}: ending")):
+        while lease["status"] not in ENDED and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+            lease = api.call("GET", f"/leases/{lease['id']}")["lease"]
+    if lease["status"] not in ENDED:
+        out.print(
+            Text(
+                f"note: lease {printable(lease['name'])} is still {lease['status']} after "
+                f"{timeout:g} s; the manager ends it shortly (see `climate lease show`)"
+            )
+        )
+    return lease

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from climate.config import Settings
 from tests.conftest import LiveServer
@@ -56,6 +56,25 @@ def lease(name: str, start: dt.datetime, end: dt.datetime, count: int = 1) -> di
 def hosts(http: httpx.Client, *names: str) -> None:
     for name in names:
         created(http.post("/v1/os-hosts", json={"name": name, "rack": "r1"}), "host")
+
+
+def alice_s_lease(server: LiveServer, name: str) -> tuple[str, str, dict[str, Any]]:
+    """An admin's host and a lease of ``name`` on it by alice, a member of project-a: the
+    admin's token, alice's, and the lease."""
+    ops = issue(server, "ops", "ops", ["admin"])
+    alice = issue(server, "alice", "project-a", ["member"])
+    with client(server, {"X-Auth-Token": ops}) as admin:
+        hosts(admin, "compute-1")
+    with client(server, {"X-Auth-Token": alice}) as member:
+        made = created(
+            member.post("/v1/leases", json=lease(name, minute(HOUR), minute(DAY))), "lease"
+        )
+    return ops, alice, made
+
+
+def log_in(page: Page, token: str) -> None:
+    page.fill("#token-input", token)
+    page.click("#login-form button[type=submit]")
 
 
 def opened(
@@ -214,8 +233,7 @@ def test_a_member_sees_another_projects_booking_only_as_busy(
         seen = opened(browser, server)
         page = seen.page
         expect(page.locator("#login")).to_be_visible()
-        page.fill("#token-input", tokens["alice"])
-        page.click("#login-form button[type=submit]")
+        log_in(page, tokens["alice"])
         drawn(seen)
         expect(page.locator(".vis-item.bar", has_text="alice-run")).to_be_visible()
         busy = page.locator(".vis-item.bar.busy")
@@ -245,21 +263,12 @@ def test_a_member_s_pages_ask_nothing_that_is_refused(
     """Whether the caller is an admin comes from ``GET /v1/policy/caller``: no admin's call is
     tried (a 403, and an error in the console) to find out."""
     with token_server(settings, sqlite_url) as server:
-        ops = issue(server, "ops", "ops", ["admin"])
-        alice = issue(server, "alice", "project-a", ["member"])
-        with client(server, {"X-Auth-Token": ops}) as admin:
-            hosts(admin, "compute-1")
-        with client(server, {"X-Auth-Token": alice}) as member:
-            mine = created(
-                member.post("/v1/leases", json=lease("alice-run", minute(HOUR), minute(DAY))),
-                "lease",
-            )
+        ops, alice, mine = alice_s_lease(server, "alice-run")
         seen = opened(browser, server)
         page = seen.page
         expect(page.locator("#login")).to_be_visible()
         assert seen.failed == []  # no token: the page knows it must ask for one, unrefused
-        page.fill("#token-input", alice)
-        page.click("#login-form button[type=submit]")
+        log_in(page, alice)
         drawn(seen)
         expect(page.locator("#who")).to_have_text("project member")
         expect(page.locator("#nav-admin")).to_be_hidden()
@@ -276,8 +285,7 @@ def test_a_member_s_pages_ask_nothing_that_is_refused(
         clean(seen)
         admin_seen = opened(browser, server)
         admin_page = admin_seen.page
-        admin_page.fill("#token-input", ops)
-        admin_page.click("#login-form button[type=submit]")
+        log_in(admin_page, ops)
         drawn(admin_seen)
         expect(admin_page.locator("#who")).to_have_text("admin")
         expect(admin_page.locator("#nav-admin")).to_be_visible()
@@ -299,8 +307,7 @@ def test_without_a_token_every_view_waits_behind_the_token_form(
             expect(page.locator(".view:not([hidden])")).to_have_count(0)
         page.wait_for_load_state("networkidle")
         assert seen.failed == []  # nothing asked that needs the token not yet given
-        page.fill("#token-input", alice)
-        page.click("#login-form button[type=submit]")
+        log_in(page, alice)
         expect(page.locator("#lease-table")).to_be_visible()  # the view last asked for
         expect(page.locator("#login")).to_be_hidden()
         assert seen.failed == []
@@ -311,20 +318,11 @@ def test_a_reader_is_offered_no_change_the_policy_refuses(
     browser: Browser, settings: Settings, sqlite_url: str
 ) -> None:
     with token_server(settings, sqlite_url) as server:
-        ops = issue(server, "ops", "ops", ["admin"])
-        alice = issue(server, "alice", "project-a", ["member"])
+        _, alice, theirs = alice_s_lease(server, "team-run")
         rita = issue(server, "rita", "project-a", ["reader"])
-        with client(server, {"X-Auth-Token": ops}) as admin:
-            hosts(admin, "compute-1")
-        with client(server, {"X-Auth-Token": alice}) as member:
-            theirs = created(
-                member.post("/v1/leases", json=lease("team-run", minute(HOUR), minute(DAY))),
-                "lease",
-            )
         seen = opened(browser, server)
         page = seen.page
-        page.fill("#token-input", rita)
-        page.click("#login-form button[type=submit]")
+        log_in(page, rita)
         drawn(seen)
         expect(page.locator("#who")).to_have_text("project reader (read only)")
         expect(page.locator("#nav-new")).to_be_hidden()
@@ -357,8 +355,7 @@ def test_a_token_refused_for_its_scope_is_said_on_the_token_form(
             "**/v1/policy/caller",
             lambda route: route.fulfill(status=403, json=body),
         )
-        page.fill("#token-input", "a-domain-scoped-keystone-token")
-        page.click("#login-form button[type=submit]")
+        log_in(page, "a-domain-scoped-keystone-token")
         expect(page.locator("#status")).to_have_text(message)
         expect(page.locator("#login")).to_be_visible()
         assert page.evaluate("sessionStorage.getItem('climate-token')") is None
@@ -370,15 +367,7 @@ def test_with_a_token_the_calendar_feed_is_saved_not_refused(
     browser: Browser, settings: Settings, sqlite_url: str
 ) -> None:
     with token_server(settings, sqlite_url) as server:
-        ops = issue(server, "ops", "ops", ["admin"])
-        alice = issue(server, "alice", "project-a", ["member"])
-        with client(server, {"X-Auth-Token": ops}) as admin:
-            hosts(admin, "compute-1")
-        with client(server, {"X-Auth-Token": alice}) as member:
-            created(
-                member.post("/v1/leases", json=lease("in-my-calendar", minute(HOUR), minute(DAY))),
-                "lease",
-            )
+        _, alice, _ = alice_s_lease(server, "in-my-calendar")
         seen = watched(browser, server.url)
         page = seen.page
         page.context.add_init_script(f"sessionStorage.setItem('climate-token', '{alice}')")

@@ -210,6 +210,14 @@ def test_host_commands(blazar: Blazar, api: httpx.Client) -> None:
     assert (host["gpu"], host["rack"]) == ("h100", "r9")
     assert host["updated_at"] is not None
 
+    # The CLI sends every extra as text: "false" means what it says, as a JSON false would.
+    blazar.ok("host-update", "--extra", "reservable=false", "node-2")
+    assert api.get(f"/v1/os-hosts/{other['id']}").json()["host"]["reservable"] is False
+    blazar.ok("host-update", "--extra", "reservable=True", "node-2")
+    assert api.get(f"/v1/os-hosts/{other['id']}").json()["host"]["reservable"] is True
+    refused = blazar.fails("host-update", "--extra", "reservable=maybe", "node-2")
+    assert "reservable: must be true or false" in refused
+
     blazar.ok("host-unset", "--extra", "rack", other["id"])
     assert "rack" not in api.get(f"/v1/os-hosts/{other['id']}").json()["host"]
 

@@ -448,9 +448,7 @@ def _split(
             limit = None if key == "cpu_info" else PROPERTY_VALUE_LENGTH
             columns[key] = None if value is None else inventory.property_text(key, value, limit)
         elif key == "reservable":
-            if not isinstance(value, bool):
-                raise InvalidInput(key, "must be true or false")
-            columns[key] = value
+            columns[key] = inventory.as_reservable(value)
         elif key in RATIOS and value is not None:
             properties[key] = str(parse_ratio(key, value))
         elif value is None:

@@ -33,10 +33,17 @@ def reservable(fields: dict[str, Any]) -> bool | None:
     """``reservable`` taken out of ``fields`` (None when absent)."""
     if "reservable" not in fields:
         return None
-    value = fields.pop("reservable")
-    if not isinstance(value, bool):
-        raise InvalidInput("reservable", "must be true or false")
-    return value
+    return as_reservable(fields.pop("reservable"))
+
+
+def as_reservable(value: object) -> bool:
+    """``reservable`` as given: a JSON boolean, or the text ``true`` or ``false`` in any case,
+    which is what the blazar CLI sends for ``--extra reservable=false``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise InvalidInput("reservable", "must be true or false (a JSON boolean, or that text)")
 
 
 def properties(fields: Mapping[str, Any], *, creating: bool) -> dict[str, str | None]:

@@ -128,3 +128,10 @@ class PayloadTooLarge(ClimateError):
 
 class BackendError(ClimateError):
     name = "BACKEND_ERROR"
+
+
+def database_words(exc: BaseException) -> str:
+    """What the database itself said under a SQLAlchemy error (its DBAPI exception, else the
+    error), on one line: for an operator to read in a log line or an error message."""
+    cause = getattr(exc, "orig", None) or exc
+    return " ".join(str(cause).split()) or type(cause).__name__

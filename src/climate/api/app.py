@@ -48,7 +48,13 @@ from climate.backends import load_backend
 from climate.backends.base import Timeboxed
 from climate.context import ServiceContext
 from climate.domain.admission import AdmissionRefused
-from climate.errors import ClimateError, NotEnoughCapacity, NotEnoughCredits, UsageRuleBroken
+from climate.errors import (
+    ClimateError,
+    NotEnoughCapacity,
+    NotEnoughCredits,
+    UsageRuleBroken,
+    database_words,
+)
 from climate.fairshare.report import UsageService as RulesUsageService
 from climate.resources.capabilities import item_kinds
 from climate.services.audit import AuditService
@@ -127,7 +133,7 @@ class OpenStackHeaders:
                 "database unavailable on %s %s: %s",
                 scope["method"],
                 scope["path"],
-                _first_line(exc),
+                database_words(exc),
                 exc_info=exc,
             )
             if started:
@@ -156,11 +162,6 @@ UNAVAILABLE_MESSAGE = (
     "database unavailable (its connection was lost or it refused the operation); try again. "
     "A change whose answer this is may or may not have been made: look before repeating it"
 )
-
-
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 def create_app(ctx: ServiceContext) -> FastAPI:

@@ -25,7 +25,7 @@ from climate.cli import (
 )
 from climate.cli.output import add_format_options, emit, table
 from climate.config import Settings, load_settings
-from climate.errors import ClimateError
+from climate.errors import ClimateError, database_words
 
 if TYPE_CHECKING:
     from climate.context import ServiceContext
@@ -331,8 +331,7 @@ def _database_problem(exc: Exception) -> str | None:
 
     if not isinstance(exc, OperationalError | InterfaceError):
         return None
-    cause = exc.orig if exc.orig is not None else exc
-    return " ".join(str(cause).split()) or type(cause).__name__
+    return database_words(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -3,8 +3,10 @@ in, random within it."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from climate.db.tables import new_id
 
@@ -40,3 +42,28 @@ def test_every_id_is_in_the_canonical_form_whatever_its_random_bits() -> None:
         parsed = uuid.UUID(made)
         assert str(parsed) == made
         assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+
+
+def test_threads_making_ids_at_once_never_make_the_same_one() -> None:
+    with ThreadPoolExecutor(8) as pool:
+        batches = list(pool.map(lambda _: [new_id() for _ in range(5_000)], range(8)))
+    made = [i for batch in batches for i in batch]
+    assert len(set(made)) == len(made)
+
+
+def test_a_forked_process_makes_ids_its_parent_does_not() -> None:
+    new_id()  # the parent holds random bytes it has not used yet
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        os.write(write, "\n".join(new_id() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write)
+    parents = {new_id() for _ in range(100)}
+    with os.fdopen(read) as pipe:
+        childs = set(pipe.read().split("\n"))
+    os.waitpid(child, 0)
+    assert len(childs) == 100
+    # Made in the same milliseconds, so only their random bits can tell them apart.
+    assert {i[14:] for i in childs}.isdisjoint({i[14:] for i in parents})

@@ -48,6 +48,7 @@ from climate.backends import load_backend
 from climate.backends.base import Timeboxed
 from climate.context import ServiceContext
 from climate.domain.admission import AdmissionRefused
+from climate.entropy import random_bytes
 from climate.errors import (
     ClimateError,
     NotEnoughCapacity,
@@ -108,7 +109,10 @@ class OpenStackHeaders:
         extra = [
             (b"openstack-api-version", API_VERSION.encode()),
             (b"vary", API_VERSION_HEADER.encode()),
-            (b"x-openstack-request-id", f"req-{uuid.uuid4()}".encode()),
+            (
+                b"x-openstack-request-id",
+                f"req-{uuid.UUID(bytes=random_bytes(16), version=4)}".encode(),
+            ),
         ]
         started = False
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -26,6 +25,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.orm.attributes import set_committed_value
 
 from climate.db.types import UTCDateTime
+from climate.entropy import random_bytes
 
 NAME_LENGTH = 80
 ID_LENGTH = 36
@@ -44,7 +44,7 @@ def new_id() -> str:
     of them (every primary key; the lease ids other tables index) takes them at its right
     edge, a page already cached and, within a transaction, already written. Random (version 4)
     ids land on a random leaf each: an admission wrote about 3 pages more to SQLite's WAL."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10))
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(random_bytes(10))
     # uuid.UUID's own text, without its constructor's checks: half the cost, 8 ids an admission.
     h = "%032x" % (value & _FREE_BITS | _VERSION_7 | _VARIANT_RFC)
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

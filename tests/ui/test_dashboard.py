@@ -149,6 +149,9 @@ def test_create_a_lease_through_the_form(browser: Browser, live_sqlite: LiveServ
     page.click("a[data-view=timeline]")
     drawn(seen)
     expect(page.locator(".vis-item.bar", has_text="from-the-form")).to_be_visible()
+    page.click("a[data-view=new]")
+    expect(page.locator("#new-name")).to_have_value("")  # the next booking starts blank
+    expect(page.locator("#new-start")).not_to_have_value("")
     clean(seen)
 
 

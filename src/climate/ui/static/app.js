@@ -497,8 +497,9 @@ async function drawCapacity(window) {
       animation: false,
       useUTC: true,
       tooltip: { trigger: "axis", renderMode: "richText" },
-      legend: { top: 0 },
-      grid: { left: 50, right: 20, top: 30, bottom: 30 },
+      // Under the chart: at the top it ran over the axis name on a phone-wide page.
+      legend: { bottom: 0 },
+      grid: { left: 50, right: 20, top: 30, bottom: 55 },
       xAxis: { type: "time" },
       yAxis: { type: "value", name: `of ${capacity.total} ${capacity.unit}`, minInterval: 1 },
       series: series.map((s) => ({
@@ -919,6 +920,12 @@ function newLeaseBody(start, end) {
 }
 
 async function created(lease) {
+  // The next booking starts from a blank form: a name kept from this one would be refused as
+  // taken, and dates kept would be in the past by then.
+  $("new-lease").reset();
+  $("new-type").dispatchEvent(new Event("change"));
+  clear($("new-windows"));
+  $("new-refusal").hidden = true;
   go(`#/lease/${encodeURIComponent(lease.id)}`, `lease ${lease.name} created`);
 }
 

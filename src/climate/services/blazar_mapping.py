@@ -345,7 +345,9 @@ class BlazarMapping:
             )
             return None
         when = utc(row["time"])
-        assert when is not None
+        if when is None:  # a nullable column in Blazar
+            self.report.unmappable.append(f"event {row['id']} ({kind}) of {where}: it has no time")
+            return None
         updated = utc(row["updated_at"])
         return Event(
             id=row["id"],

@@ -286,6 +286,8 @@ def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_key
         assert _keys(payload["reservations"][0]) == _keys(expected["reservations"][0])
         assert _keys(payload["events"][0]) == _keys(expected["events"][0])
         assert payload["lease_id"] == lease.id
+        # lease.update and the stop say UPDATING, lease.delete DELETING, as in Blazar.
+        assert payload["status"] == expected["status"], message["event_type"]
         for name in ("start_date", "end_date"):
             assert len(payload[name]) == len(expected[name]) and payload[name][10] == "T"
         assert payload["created_at"][10] == expected["created_at"][10] == " "

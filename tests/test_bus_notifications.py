@@ -213,6 +213,14 @@ def _keys(value: dict[str, Any]) -> set[str]:
     return set(value)
 
 
+RAN = {f"lease.event.{kind}": kind for kind in ("start_lease", "before_end_lease", "end_lease")}
+"""The notification of an event that ran -> that event's type."""
+
+
+def _statuses(payload: dict[str, Any], event_type: str) -> set[str]:
+    return {e["status"] for e in payload["events"] if e["event_type"] == event_type}
+
+
 def _golden() -> list[dict[str, Any]]:
     loaded: list[dict[str, Any]] = json.loads(GOLDEN.read_text())
     return loaded
@@ -288,6 +296,8 @@ def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_key
         assert payload["lease_id"] == lease.id
         # lease.update and the stop say UPDATING, lease.delete DELETING, as in Blazar.
         assert payload["status"] == expected["status"], message["event_type"]
+        if kind := RAN.get(message["event_type"]):  # the event that ran is DONE, as in Blazar
+            assert _statuses(payload, kind) == _statuses(expected, kind) == {"DONE"}, kind
         for name in ("start_date", "end_date"):
             assert len(payload[name]) == len(expected[name]) and payload[name][10] == "T"
         assert payload["created_at"][10] == expected["created_at"][10] == " "

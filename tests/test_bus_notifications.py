@@ -307,6 +307,43 @@ def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_key
     assert json.loads(receiver.received[5][1])["event"] == "lease.before_end.stop"
 
 
+def test_a_running_lease_deleted_ends_with_its_lease_delete_on_the_bus_as_in_blazar(
+    settings: Settings,
+    db: Database,
+    clock: ManualClock,
+    broker: tuple[str, int],
+    queue: Queue,
+    receiver: Receiver,
+) -> None:
+    """Blazar's delete_lease takes a running lease's resources back itself and sends only
+    lease.delete; Climate's manager ends it afterwards, which webhooks see as lease.end."""
+    ctx = build_context(
+        _bus_settings(settings, _transport_url(*broker), queue.topic, webhooks=(receiver.url,)),
+        db,
+        clock,
+    )
+    add_hosts(HostService(ctx), 1)
+    leases, workers = LeaseService(ctx), build_workers(ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + 2 * HOUR))
+    workers.manager.run_due()
+    clock.set(T0 + HOUR / 2)
+    leases.delete(ALICE, lease.id)
+    workers.manager.run_due()
+    while workers.deliverer.deliver_due():
+        pass
+    assert [m["oslo.message"]["event_type"] for m in queue.take(3)] == [
+        "lease.create",
+        "lease.event.start_lease",
+        "lease.delete",
+    ]
+    assert [json.loads(body)["event"] for _, body in receiver.received] == [
+        "lease.create",
+        "lease.start",
+        "lease.delete",
+        "lease.end",
+    ]
+
+
 def test_a_leases_create_start_before_end_and_end_arrive_in_order_once_each(
     settings: Settings, sqlite_db: Database, broker: tuple[str, int], queue: Queue
 ) -> None:

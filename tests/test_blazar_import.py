@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -337,5 +338,53 @@ def test_a_lease_whose_name_a_live_climate_lease_of_its_project_holds_is_named_a
             f"lease {blazar_db.ids['active']} (active-lease): project {active['project_id']} has "
             "a live lease of that name"
         ) in report.unmappable
+    finally:
+        database.dispose()
+
+
+def test_an_event_without_a_time_is_named_and_its_lease_left_out(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """``events.time`` is nullable in Blazar's schema: such a row is reported, not a crash."""
+    source = _copy(blazar_db, tmp_path)
+    pending = blazar_db.ids["pending"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        (event_id,) = blazar.execute(
+            "SELECT id FROM events WHERE lease_id = ? AND event_type = 'end_lease'", (pending,)
+        ).fetchone()
+        blazar.execute("UPDATE events SET time = NULL WHERE id = ?", (event_id,))
+    database = Database(sqlite_url)
+    try:
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        named = f"event {event_id} (end_lease) of lease {pending} (pending-lease): it has no time"
+        assert named in report.unmappable
+        done = service.run(source, dry_run=False, skip_unmappable=True)
+        assert done.written["leases"] == len(blazar_db.leases) - 2  # and the odd lease
+    finally:
+        database.dispose()
+
+
+def test_two_blazar_hosts_of_one_name_are_named_not_a_crash(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Blazar's ``computehosts.hypervisor_hostname`` is not unique; Climate's host names are."""
+    source = _copy(blazar_db, tmp_path)
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute(
+            "UPDATE computehosts SET hypervisor_hostname = 'node-1' "
+            "WHERE hypervisor_hostname = 'node-3'"
+        )
+        # The import reads them in id order: the later one is refused.
+        ((first,), (second,)) = blazar.execute(
+            "SELECT id FROM computehosts WHERE hypervisor_hostname = 'node-1' ORDER BY id"
+        ).fetchall()
+    database = Database(sqlite_url)
+    try:
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        assert f"host {second}: 'node-1' is also Blazar host {first}'s name" in report.unmappable
+        done = service.run(source, dry_run=False, skip_unmappable=True)
+        assert done.written["hosts"] == len(blazar_db.hosts) - 1
     finally:
         database.dispose()

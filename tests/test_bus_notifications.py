@@ -213,6 +213,14 @@ def _keys(value: dict[str, Any]) -> set[str]:
     return set(value)
 
 
+RAN = {f"lease.event.{kind}": kind for kind in ("start_lease", "before_end_lease", "end_lease")}
+"""The notification of an event that ran -> that event's type."""
+
+
+def _statuses(payload: dict[str, Any], event_type: str) -> set[str]:
+    return {e["status"] for e in payload["events"] if e["event_type"] == event_type}
+
+
 def _golden() -> list[dict[str, Any]]:
     loaded: list[dict[str, Any]] = json.loads(GOLDEN.read_text())
     return loaded
@@ -286,6 +294,10 @@ def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_key
         assert _keys(payload["reservations"][0]) == _keys(expected["reservations"][0])
         assert _keys(payload["events"][0]) == _keys(expected["events"][0])
         assert payload["lease_id"] == lease.id
+        # lease.update and the stop say UPDATING, lease.delete DELETING, as in Blazar.
+        assert payload["status"] == expected["status"], message["event_type"]
+        if kind := RAN.get(message["event_type"]):  # the event that ran is DONE, as in Blazar
+            assert _statuses(payload, kind) == _statuses(expected, kind) == {"DONE"}, kind
         for name in ("start_date", "end_date"):
             assert len(payload[name]) == len(expected[name]) and payload[name][10] == "T"
         assert payload["created_at"][10] == expected["created_at"][10] == " "
@@ -293,6 +305,43 @@ def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_key
     assert len({m["oslo.message"]["message_id"] for m in got}) == 9
     assert len(receiver.received) == 9
     assert json.loads(receiver.received[5][1])["event"] == "lease.before_end.stop"
+
+
+def test_a_running_lease_deleted_ends_with_its_lease_delete_on_the_bus_as_in_blazar(
+    settings: Settings,
+    db: Database,
+    clock: ManualClock,
+    broker: tuple[str, int],
+    queue: Queue,
+    receiver: Receiver,
+) -> None:
+    """Blazar's delete_lease takes a running lease's resources back itself and sends only
+    lease.delete; Climate's manager ends it afterwards, which webhooks see as lease.end."""
+    ctx = build_context(
+        _bus_settings(settings, _transport_url(*broker), queue.topic, webhooks=(receiver.url,)),
+        db,
+        clock,
+    )
+    add_hosts(HostService(ctx), 1)
+    leases, workers = LeaseService(ctx), build_workers(ctx)
+    lease = leases.create(ALICE, host_request("l1", T0, T0 + 2 * HOUR))
+    workers.manager.run_due()
+    clock.set(T0 + HOUR / 2)
+    leases.delete(ALICE, lease.id)
+    workers.manager.run_due()
+    while workers.deliverer.deliver_due():
+        pass
+    assert [m["oslo.message"]["event_type"] for m in queue.take(3)] == [
+        "lease.create",
+        "lease.event.start_lease",
+        "lease.delete",
+    ]
+    assert [json.loads(body)["event"] for _, body in receiver.received] == [
+        "lease.create",
+        "lease.start",
+        "lease.delete",
+        "lease.end",
+    ]
 
 
 def test_a_leases_create_start_before_end_and_end_arrive_in_order_once_each(

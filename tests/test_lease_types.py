@@ -283,6 +283,25 @@ def test_another_project_may_not_confirm_a_hold(http: httpx.Client) -> None:
     assert http.post(f"/v1/leases/{held['id']}/confirm", headers=ALICE).status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("hold", "field"),
+    [
+        ({"hold": {"expires_in": 0}}, "hold.expires_in"),
+        ({"hold": {"expires_in": 86401}}, "hold.expires_in"),
+        ({"hold_minutes": 0}, "hold_minutes"),
+        ({"hold_minutes": 1441}, "hold_minutes"),
+    ],
+)
+def test_a_hold_too_short_or_too_long_is_refused_naming_the_field_given(
+    http: httpx.Client, hold: dict[str, Any], field: str
+) -> None:
+    body = {**held_body("held", 600), "hold": None, **hold}
+    refused = create(http, {k: v for k, v in body.items() if v is not None}, 400)
+    assert refused["error_message"] == (
+        f"{field}: a hold lasts from 1 second to 86400 seconds (1440 minutes)"
+    )
+
+
 def test_a_hold_needs_a_future_start(http: httpx.Client) -> None:
     refused = create(http, lease_body("now", hold={"expires_in": 60}), 400)
     assert "hold" in refused["error_message"]

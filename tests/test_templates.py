@@ -474,6 +474,28 @@ def test_nested_stacks_go_at_most_five_deep() -> None:
     assert "deeper than 5" in refused.value.message
 
 
+def test_resource_groups_go_at_most_five_deep_even_a_group_that_is_its_own_definition() -> None:
+    def group(inside: str) -> str:
+        properties = f"{{count: 2, resource_def: {inside}}}"
+        return f"{{type: OS::Heat::ResourceGroup, properties: {properties}}}"
+
+    five = "{type: OS::Nova::Server, properties: {flavor: m1.tiny}}"
+    for _ in range(5):
+        five = group(five)
+    reservations, _ = translate(hot(f"g: {five}\n"))
+    assert [r["amount"] for r in reservations] == [32]
+    assert refusal(hot(f"g: {group(five)}\n")).endswith(".resource_def")
+    # A YAML alias makes the group its own resource_def: refused, not endless.
+    looped = hot(
+        """
+        g: &g
+          type: OS::Heat::ResourceGroup
+          properties: {count: 2, resource_def: *g}
+        """
+    )
+    assert refusal(looped) == "template.resources.g" + ".properties.resource_def" * 6
+
+
 def test_expansion_is_bounded() -> None:
     wide = "".join(f"r{i}: {{type: next.yaml}}\n" for i in range(100))
     volume = "{type: OS::Cinder::Volume, properties: {size: 1}}"

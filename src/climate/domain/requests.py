@@ -50,6 +50,8 @@ class LeaseRequest:
     """When a best-effort lease stops hunting."""
     hold: dt.timedelta | None = None
     """Create a hold (HELD) that lapses after this long unless confirmed."""
+    hold_field: str = "hold.expires_in"
+    """The request's field that gave ``hold``, named when it is refused."""
     before_end_offset: dt.timedelta | None = None
     """The before-end event comes this long before the end (instead of ``before_end``)."""
     reminders: Sequence[dt.timedelta] | None = None

@@ -39,6 +39,7 @@ from climate.db.tables import Event, Lease, Reservation
 from climate.domain.status import (
     LEASE_TRANSITIONS,
     EndPolicy,
+    EventStatus,
     EventType,
     LeaseStatus,
     ReservationStatus,
@@ -358,7 +359,8 @@ class EventHandlers:
             if kind is EventType.END_LEASE and step.lease_status is LeaseStatus.TERMINATED:
                 credits.settle(self.ctx, session, AUDIT_ACTOR, step.lease, now)
         # When the events' work finished (the batch commits a few ms later), for lag figures.
-        finish(session, [s.event_id for s in done], self.ctx.clock.now())
+        finished = self.ctx.clock.now()
+        finish(session, [s.event_id for s in done], finished)
         audit.record_many(
             session,
             at=now,
@@ -379,6 +381,10 @@ class EventHandlers:
             for reservation in step.reservations:
                 set_committed_value(reservation, "status", str(step.reservation_status))
                 set_committed_value(reservation, "updated_at", now)
+            for event in step.lease.events:  # the one that ran is DONE, as Blazar shows it
+                if event.id == step.event_id:
+                    set_committed_value(event, "status", str(EventStatus.DONE))
+                    set_committed_value(event, "updated_at", finished)
         enqueue_leases(
             session,
             self.ctx.settings,

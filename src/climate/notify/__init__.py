@@ -93,7 +93,9 @@ def enqueue_leases(
         if webhooks:
             payload = {"event": topic, "sent_at": sent_at, "lease": wire.lease(lease)}
             outbox.enqueue(session, webhooks, topic, payload, now, lease.id)
-        if topics:
+        if topics and not (topic == "lease.end" and lease.deleted_at is not None):
+            # Blazar ends a deleted running lease inside delete_lease: its lease.delete is
+            # the last notification of the lease, no end_lease follows.
             kind = event_type or bus.EVENT_TYPES[topic]
             stored = bus.message(kind, lease, settings.notification_publisher_id, now)
             outbox.enqueue(session, topics, kind, stored, now, lease.id)

@@ -45,6 +45,15 @@ again); ``lease.error`` (a lease that failed for good), ``lease.degraded`` and `
 (docs/healing.md), ``lease.idle.warning`` and ``lease.idle.release`` (docs/idle.md) and the
 finer types callers pass (``lease.hold.confirm``, ...) are Climate's own, named the same way."""
 
+STATUS_WHILE_SENT: Mapping[str, str] = {
+    "lease.update": "UPDATING",
+    "lease.event.before_end_lease.stop": "UPDATING",
+    "lease.delete": "DELETING",
+}
+"""Blazar sends these from inside ``update_lease`` and ``delete_lease``, while the lease has
+that transitional status: their payload's ``status`` says so, whatever the lease's status
+before and after (a deleted lease that had ended is ``DELETING`` too)."""
+
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 """Lease and event dates as Blazar's notifications show them..."""
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -110,8 +119,9 @@ def _event(row: Event) -> dict[str, Any]:
     }
 
 
-def lease_payload(lease: Lease) -> dict[str, Any]:
-    """Blazar's ``notification.api.format_lease_payload`` for ``lease``."""
+def lease_payload(event_type: str, lease: Lease) -> dict[str, Any]:
+    """Blazar's ``notification.api.format_lease_payload`` for ``lease``, as it is when Blazar
+    sends ``event_type``."""
     return {
         "lease_id": lease.id,
         "user_id": lease.user_id,
@@ -119,7 +129,7 @@ def lease_payload(lease: Lease) -> dict[str, Any]:
         "trust_id": lease.trust_id,
         "start_date": _date(lease.start_date),
         "end_date": _date(lease.end_date),
-        "status": lease.status,
+        "status": STATUS_WHILE_SENT.get(event_type, lease.status),
         "reservations": [_reservation(r) for r in lease.reservations],
         "events": [_event(e) for e in lease.events],
         "name": lease.name,
@@ -148,7 +158,7 @@ def message(event_type: str, lease: Lease, publisher_id: str, now: dt.datetime) 
             "publisher_id": publisher_id,
             "event_type": event_type,
             "priority": PRIORITY,
-            "payload": lease_payload(lease),
+            "payload": lease_payload(event_type, lease),
             "timestamp": _stamp(now),
         },
     }

@@ -98,11 +98,18 @@ class BlazarMapping:
         taken = set(self.present.host_names)
         numbered = {int(h["id"]) for h in self.source.of("computehosts") if digits(h["id"])}
         new: list[Host] = []
+        named: dict[str, str] = {}
         for row in self.source.of("computehosts"):
             blazar_id, name = row["id"], row["hypervisor_hostname"]
             if not name:
                 self.report.unmappable.append(f"host {blazar_id}: it has no hypervisor_hostname")
                 continue
+            if name in named:  # Blazar's schema does not make names unique; Climate's does
+                self.report.unmappable.append(
+                    f"host {blazar_id}: {name!r} is also Blazar host {named[name]}'s name"
+                )
+                continue
+            named[name] = blazar_id
             if name in self.unknown_hosts:
                 self.report.unmappable.append(
                     f"host {name!r}: the cloud no longer knows it ({self.unknown_hosts[name]})"
@@ -345,7 +352,9 @@ class BlazarMapping:
             )
             return None
         when = utc(row["time"])
-        assert when is not None
+        if when is None:  # a nullable column in Blazar
+            self.report.unmappable.append(f"event {row['id']} ({kind}) of {where}: it has no time")
+            return None
         updated = utc(row["updated_at"])
         return Event(
             id=row["id"],

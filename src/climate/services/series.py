@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ RULE_PARTS = frozenset(
 (BYSETPOS, BYYEARDAY, BYWEEKNO, BYHOUR...) can describe rules that take very long to expand."""
 _LONGEST_MONTH = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31}
 _LONGEST_MONTH |= {11: 30, 12: 31}
+_NUMBERED_WEEKDAY = re.compile(r"([+-]?\d+)(?:MO|TU|WE|TH|FR|SA|SU)")
 OCCURRENCE_SUFFIX = "-%Y%m%dT%H%M%SZ"
 """An occurrence's lease is named after its series and its instant."""
 NAME_ROOM = NAME_LENGTH - len(dt.datetime(2030, 1, 1, tzinfo=dt.UTC).strftime(OCCURRENCE_SUFFIX))
@@ -306,6 +308,8 @@ def normalised_rule(rule: str) -> str:
     if "UNTIL" in parts and not parts["UNTIL"].endswith("Z"):
         raise InvalidInput("rrule", "UNTIL must be in UTC, like 20310101T000000Z")
     _check_month_days(parts)
+    _check_positive(parts)
+    _check_weekday_ordinals(parts)
     return ";".join(f"{key}={value}" for key, value in parts.items())
 
 
@@ -318,6 +322,28 @@ def _check_month_days(parts: dict[str, str]) -> None:
         day = _number(text, -31, 31)
         if day == 0 or abs(day) > longest:
             raise InvalidInput("rrule", f"BYMONTHDAY={day} is in none of its months")
+
+
+def _check_positive(parts: dict[str, str]) -> None:
+    """INTERVAL and COUNT are whole numbers from 1: dateutil repeats one instant for INTERVAL=0
+    and expands COUNT=0 to nothing."""
+    for key in ("INTERVAL", "COUNT"):
+        value = parts.get(key)
+        if value is not None and not (value.isascii() and value.isdigit() and int(value) >= 1):
+            raise InvalidInput("rrule", f"{key} must be a whole number from 1, not {value!r}")
+
+
+def _check_weekday_ordinals(parts: dict[str, str]) -> None:
+    """A numbered BYDAY (2TU, -1FR) counts within the month (at most 5), or within the year
+    for a YEARLY rule without BYMONTH (at most 53): a larger number never matches, and dateutil
+    fails on some and expands others to the year 9999 to find nothing."""
+    bound = 5 if parts["FREQ"] == "MONTHLY" or "BYMONTH" in parts else 53
+    for text in (d for d in parts.get("BYDAY", "").split(",") if d):
+        numbered = _NUMBERED_WEEKDAY.fullmatch(text)
+        if numbered and not 1 <= abs(int(numbered[1])) <= bound:
+            raise InvalidInput(
+                "rrule", f"BYDAY={text}: a weekday's number is from 1 to {bound} or -1 to -{bound}"
+            )
 
 
 def _number(text: str, low: int, high: int) -> int:

@@ -29,7 +29,8 @@ BLOCK_DEVICE_MAPPINGS = ("block_device_mapping", "block_device_mapping_v2")
 
 
 MAX_DEPTH = 5
-"""How deep nested stacks may go (a template inside a template is depth 1)."""
+"""How deep nested stacks may go (a template inside a template is depth 1), and resource groups
+inside one another."""
 MAX_RESOURCES = 10_000
 """Resources read in all, nested stacks expanded: a bound on the work one request asks for."""
 NESTED_SUFFIXES = (".yaml", ".yml", ".template")
@@ -127,7 +128,10 @@ class _Translation:
         found = self.value(scope, properties.get(key), f"{field}.{key}")
         return inputs.integer(f"{field}.{key}", found, minimum=minimum)
 
-    def add(self, scope: _Scope, name: str, resource: object, field: str, times: int) -> None:
+    def add(
+        self, scope: _Scope, name: str, resource: object, field: str, times: int, groups: int = 0
+    ) -> None:
+        """One resource, ``times`` over, inside ``groups`` resource groups."""
         if not isinstance(resource, dict) or not isinstance(resource.get("type"), str):
             raise InvalidInput(field, "must be a mapping with a string 'type'")
         kind = resource["type"]
@@ -151,7 +155,11 @@ class _Translation:
         elif kind == GROUP:
             count = self.count(scope, properties, "count", where, minimum=0)
             definition = properties.get("resource_def")
-            self.add(scope, name, definition, f"{where}.resource_def", times * count)
+            if groups == MAX_DEPTH:  # a YAML alias can make a group its own resource_def
+                raise InvalidInput(
+                    f"{where}.resource_def", f"resource groups nested deeper than {MAX_DEPTH}"
+                )
+            self.add(scope, name, definition, f"{where}.resource_def", times * count, groups + 1)
         elif kind == STACK:
             self.stack(scope, name, properties, where, times)
         elif kind.endswith(NESTED_SUFFIXES) or "/" in kind or kind in self.files:

@@ -270,6 +270,7 @@ class LeaseCreate(LeaseFields):
             retries=self.retries,
             deadline=self.deadline,
             hold=hold,
+            hold_field="hold.expires_in" if self.hold_minutes is None else "hold_minutes",
             before_end_offset=self.before_end_offset,
             reminders=self.reminders,
         )

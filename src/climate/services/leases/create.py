@@ -341,9 +341,10 @@ class Creating(LeaseBase):
                 < request.hold
                 <= dt.timedelta(seconds=self.ctx.settings.hold_max_seconds)
             ):
+                longest = self.ctx.settings.hold_max_seconds
                 raise InvalidInput(
-                    "hold.expires_in",
-                    f"must be between 1 and {self.ctx.settings.hold_max_seconds} seconds",
+                    request.hold_field,
+                    f"a hold lasts from 1 second to {longest} seconds ({longest / 60:g} minutes)",
                 )
 
     def _started_soon(self, actor: Actor, lease: Lease) -> Lease:

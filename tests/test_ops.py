@@ -32,7 +32,7 @@ from climate.db.engine import Database
 from climate.domain.clock import SystemClock
 from climate.runtime import build_context
 from climate.serving import ServerConfig
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer, free_port, serve
 from tests.processes import Process
 
 MEMBER = {"X-Project-Id": "secret-project-4711", "X-User-Id": "u", "X-Roles": "member"}
@@ -172,6 +172,31 @@ def test_event_lag_is_observed_by_the_manager(live: LiveServer) -> None:
     after = _samples(url)
     assert _value(after, "climate_event_lag_seconds_count", event_type="start_lease") == before + 1
     assert _value(after, "climate_leases", status="ACTIVE") == 1
+
+
+def test_refusals_by_a_usage_rule_or_credits_are_counted_as_such(
+    settings: Settings, sqlite_url: str
+) -> None:
+    rule = {"name": "short", "kind": "max_length", "limit": "1h"}
+    update = {"usage_rules": (rule,), "credits": True, "prices": {"physical:host": "1"}}
+    with serve(settings.model_copy(update=update), sqlite_url) as live:
+        url = live.url
+        assert httpx.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+        before = _samples(url)
+        assert httpx.post(f"{url}/v1/leases", json=_lease("long", 1)).status_code == 403
+        grant = httpx.post(f"{url}/v1/projects/admin/credits", json={"amount": "0.50"})
+        assert grant.status_code == 201
+        short = {**_lease("short", 1), "end_date": "2031-01-01 11:00"}
+        assert httpx.post(f"{url}/v1/leases", json=short).status_code == 403
+        after = _samples(url)
+
+    def moved(**labels: str) -> float:
+        name = "climate_admission_refusals_total"
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    assert moved(reason="usage_rule", resource_type="") == 1
+    assert moved(reason="credits", resource_type="") == 1
+    assert moved(reason="unexplained", resource_type="") == 0
 
 
 def test_metrics_name_no_project_unless_allowed(settings: Settings, database_url: str) -> None:

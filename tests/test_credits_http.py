@@ -96,6 +96,27 @@ def test_bad_grants_are_400s_naming_the_field(
     assert field in answer.json()["error_message"], answer.text
 
 
+def test_a_whole_number_amount_is_allowed_as_far_as_a_string(live_sqlite: LiveServer) -> None:
+    credits = f"{live_sqlite.url}/v1/projects/p/credits"
+    granted = httpx.post(credits, json={"amount": 3_000_000_000})
+    assert granted.status_code == 201, granted.text
+    assert granted.json()["entry"]["balance"] == "3000000000.00"
+    too_much = httpx.post(credits, json={"amount": 10**12 + 1})
+    assert too_much.status_code == 400
+    assert too_much.json()["error_message"] == "amount: must be at most 1000000000000 either way"
+
+
+@pytest.mark.parametrize("project", ["%1b%5B2J", "%20", "x" * 256])
+def test_credits_are_granted_only_to_a_project_id_that_can_be_one(
+    live_sqlite: LiveServer, project: str
+) -> None:
+    url = live_sqlite.url
+    answer = httpx.post(f"{url}/v1/projects/{project}/credits", json={"amount": "1"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error_message"].startswith("project_id: ")
+    assert httpx.get(f"{url}/v1/projects/{project}/ledger").json() == {"ledger": []}
+
+
 def test_bad_ledger_queries_are_400s(live_sqlite: LiveServer) -> None:
     for params, field in (({"limit": "0"}, "limit"), ({"marker": "x"}, "marker")):
         answer = httpx.get(f"{live_sqlite.url}/v1/projects/p/ledger", params=params)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from climate import pricing
+from climate import inputs, pricing
 from climate.context import ServiceContext
 from climate.db import credits as credit_rows
 from climate.domain.actor import Actor
@@ -69,12 +69,13 @@ class CreditsService:
 
         :raises Forbidden: the caller is not an admin.
         :raises InvalidInput: the amount is zero, not to the cent, or too large; the project
-            id is too long.
+            id is blank, too long or has a control character.
         :raises Conflict: taking it back would leave the balance below zero.
         """
         self.ctx.policy.enforce(actor, "climate:credits:grant", {"project_id": project_id})
-        if len(project_id) > PROJECT_ID_LENGTH:
-            raise InvalidInput("project_id", f"at most {PROJECT_ID_LENGTH} characters")
+        if not project_id.strip() or len(project_id) > PROJECT_ID_LENGTH:
+            raise InvalidInput("project_id", f"from 1 to {PROJECT_ID_LENGTH} characters, not blank")
+        inputs.name_text("project_id", project_id)
         if not amount or abs(amount) > MAX_AMOUNT or amount != amount.quantize(pricing.CENT):
             raise InvalidInput(
                 "amount", f"must be a non-zero amount to the cent, at most {MAX_AMOUNT} either way"

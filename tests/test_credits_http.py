@@ -117,6 +117,39 @@ def test_credits_are_granted_only_to_a_project_id_that_can_be_one(
     assert httpx.get(f"{url}/v1/projects/{project}/ledger").json() == {"ledger": []}
 
 
+def test_a_wild_factor_counts_one_and_a_quote_past_any_balance_is_refused(
+    settings: Settings, sqlite_url: str
+) -> None:
+    dear = settings.model_copy(update={"prices": {"physical:host": "1000000000"}, "credits": True})
+    with serve(dear, sqlite_url) as live:
+        url = live.url
+        for name, factor in (("wild", "1e30"), ("heavy", "1000000")):
+            made = httpx.post(f"{url}/v1/os-hosts", json={"name": name, "su_factor": factor})
+            assert made.status_code == 201, made.text
+        wild = {
+            **LEASE,
+            "reservations": [
+                {
+                    "resource_type": "physical:host",
+                    "min": 1,
+                    "max": 1,
+                    "hypervisor_properties": '["==", "$hypervisor_hostname", "wild"]',
+                }
+            ],
+        }
+        dry = httpx.post(f"{url}/v1/leases", json=wild, params={"dry_run": "true"})
+        assert dry.status_code == 403, dry.text
+        assert dry.json()["quote"] == "4000000000.00"
+        heavy = {**wild, "end_date": "2031-01-06 10:00"}
+        heavy["reservations"][0]["hypervisor_properties"] = (
+            '["==", "$hypervisor_hostname", "heavy"]'
+        )
+        refused = httpx.post(f"{url}/v1/leases", json=heavy)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["quote"] == "120000000000000000.00"
+        assert httpx.get(f"{url}/v1/projects/admin/ledger").json() == {"ledger": []}
+
+
 def test_bad_ledger_queries_are_400s(live_sqlite: LiveServer) -> None:
     for params, field in (({"limit": "0"}, "limit"), ({"marker": "x"}, "marker")):
         answer = httpx.get(f"{live_sqlite.url}/v1/projects/p/ledger", params=params)

@@ -145,6 +145,7 @@ def test_the_price_table_refuses_bad_rules_by_name() -> None:
         ({"physical:host": "one"}, "prices.physical:host"),
         ({"physical:host": "-1"}, "prices.physical:host"),
         ({"physical:host": "NaN"}, "prices.physical:host"),
+        ({"physical:host": "1e30"}, "prices.physical:host"),
     ):
         with pytest.raises(InvalidInput) as refused:
             PriceTable.parse(rules)

@@ -234,3 +234,13 @@ def test_climate_usage_command(live_sqlite: LiveServer) -> None:
     assert [r["project_id"] for r in rows] == ["project-b"]
     refused = run("usage", "--url", url, "--start", "2030-01-02", "--end", "2030-01-01", ok=False)
     assert "end: must be after start" in refused.stderr
+
+
+@pytest.mark.parametrize("route", ["/v1/usage", "/v1/demand", "/v1/policy/usage"])
+@pytest.mark.parametrize("project", ["", " ", "a\x1bb"])
+def test_a_report_for_a_blank_or_unprintable_project_is_a_400(
+    live_sqlite: LiveServer, route: str, project: str
+) -> None:
+    bad = httpx.get(f"{live_sqlite.url}{route}", params={"project_id": project})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error_message"].startswith("project_id: "), bad.text

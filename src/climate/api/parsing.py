@@ -83,6 +83,16 @@ def check_text(value: object, where: str) -> None:
             check_text(item, f"{where}[{i}]")
 
 
+def project_filter(value: str | None) -> str | None:
+    """A report's ``project_id`` query: absent (every project the caller may see), or a project
+    id, never blank (``project_id=`` with an unset variable would report nothing)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise InvalidInput("project_id", "must name a project; leave it out for every project")
+    return inputs.name_text("project_id", value)
+
+
 _REQUIRED = "%Y-%m-%d %H:%M (or ISO 8601; UTC without an offset)"
 """Blazar's words for a date it cannot read, then the other form Climate reads."""
 

@@ -244,3 +244,12 @@ def test_a_report_for_a_blank_or_unprintable_project_is_a_400(
     bad = httpx.get(f"{live_sqlite.url}{route}", params={"project_id": project})
     assert bad.status_code == 400, bad.text
     assert bad.json()["error_message"].startswith("project_id: "), bad.text
+
+
+@pytest.mark.parametrize("user", ["", "a\x1bb"])
+def test_usage_rules_for_a_blank_or_unprintable_user_is_a_400(
+    live_sqlite: LiveServer, user: str
+) -> None:
+    bad = httpx.get(f"{live_sqlite.url}/v1/policy/usage", params={"user_id": user})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error_message"].startswith("user_id: "), bad.text

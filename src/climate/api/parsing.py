@@ -83,14 +83,14 @@ def check_text(value: object, where: str) -> None:
             check_text(item, f"{where}[{i}]")
 
 
-def project_filter(value: str | None) -> str | None:
-    """A report's ``project_id`` query: absent (every project the caller may see), or a project
-    id, never blank (``project_id=`` with an unset variable would report nothing)."""
+def id_filter(field: str, value: str | None) -> str | None:
+    """A report's ``project_id`` or ``user_id`` query: absent (the default), or an id, never
+    blank (``project_id=`` with an unset variable would report nothing)."""
     if value is None:
         return None
     if not value.strip():
-        raise InvalidInput("project_id", "must name a project; leave it out for every project")
-    return inputs.name_text("project_id", value)
+        raise InvalidInput(field, "must name one; leave it out for the default")
+    return inputs.name_text(field, value)
 
 
 _REQUIRED = "%Y-%m-%d %H:%M (or ISO 8601; UTC without an offset)"

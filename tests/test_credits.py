@@ -350,3 +350,15 @@ def test_a_refusal_that_cannot_be_recorded_is_still_a_refusal(
     with pytest.raises(NotEnoughCredits):
         LeaseService(world).create(ALICE, request)
     assert "could not record the credits refusal" in caplog.text
+
+
+def test_grants_never_lift_a_balance_past_what_its_column_holds(world: ServiceContext) -> None:
+    credits = CreditsService(world)
+    # What some hundred thousand of the largest grants add up to, written at once.
+    with world.db.transaction() as session:
+        near = Decimal(2**63 - 1000) / 100
+        credits_module.grant(world, session, ADMIN, "project-a", near, world.clock.now(), None)
+    with pytest.raises(Conflict, match="would lift it above"):
+        credits.grant(ADMIN, "project-a", Decimal(1000))
+    assert ledger_sums(world, "project-a") == (near, near, Decimal(0))
+    assert credits.grant(ADMIN, "project-a", Decimal(-1)).balance_cents == 2**63 - 1100

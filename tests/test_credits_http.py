@@ -96,6 +96,60 @@ def test_bad_grants_are_400s_naming_the_field(
     assert field in answer.json()["error_message"], answer.text
 
 
+def test_a_whole_number_amount_is_allowed_as_far_as_a_string(live_sqlite: LiveServer) -> None:
+    credits = f"{live_sqlite.url}/v1/projects/p/credits"
+    granted = httpx.post(credits, json={"amount": 3_000_000_000})
+    assert granted.status_code == 201, granted.text
+    assert granted.json()["entry"]["balance"] == "3000000000.00"
+    too_much = httpx.post(credits, json={"amount": 10**12 + 1})
+    assert too_much.status_code == 400
+    assert too_much.json()["error_message"] == "amount: must be at most 1000000000000 either way"
+
+
+@pytest.mark.parametrize("project", ["%1b%5B2J", "%20", "x" * 256])
+def test_credits_are_granted_only_to_a_project_id_that_can_be_one(
+    live_sqlite: LiveServer, project: str
+) -> None:
+    url = live_sqlite.url
+    answer = httpx.post(f"{url}/v1/projects/{project}/credits", json={"amount": "1"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error_message"].startswith("project_id: ")
+    assert httpx.get(f"{url}/v1/projects/{project}/ledger").json() == {"ledger": []}
+
+
+def test_a_wild_factor_counts_one_and_a_quote_past_any_balance_is_refused(
+    settings: Settings, sqlite_url: str
+) -> None:
+    dear = settings.model_copy(update={"prices": {"physical:host": "1000000000"}, "credits": True})
+    with serve(dear, sqlite_url) as live:
+        url = live.url
+        for name, factor in (("wild", "1e30"), ("heavy", "1000000")):
+            made = httpx.post(f"{url}/v1/os-hosts", json={"name": name, "su_factor": factor})
+            assert made.status_code == 201, made.text
+        wild = {
+            **LEASE,
+            "reservations": [
+                {
+                    "resource_type": "physical:host",
+                    "min": 1,
+                    "max": 1,
+                    "hypervisor_properties": '["==", "$hypervisor_hostname", "wild"]',
+                }
+            ],
+        }
+        dry = httpx.post(f"{url}/v1/leases", json=wild, params={"dry_run": "true"})
+        assert dry.status_code == 403, dry.text
+        assert dry.json()["quote"] == "4000000000.00"
+        heavy = {**wild, "end_date": "2031-01-06 10:00"}
+        heavy["reservations"][0]["hypervisor_properties"] = (
+            '["==", "$hypervisor_hostname", "heavy"]'
+        )
+        refused = httpx.post(f"{url}/v1/leases", json=heavy)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["quote"] == "120000000000000000.00"
+        assert httpx.get(f"{url}/v1/projects/admin/ledger").json() == {"ledger": []}
+
+
 def test_bad_ledger_queries_are_400s(live_sqlite: LiveServer) -> None:
     for params, field in (({"limit": "0"}, "limit"), ({"marker": "x"}, "marker")):
         answer = httpx.get(f"{live_sqlite.url}/v1/projects/p/ledger", params=params)

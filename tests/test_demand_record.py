@@ -197,6 +197,32 @@ def test_a_usage_rule_refusal_is_recorded_with_its_reason(
     assert row.message.startswith("usage rule 'mine'")
 
 
+def test_an_update_a_usage_rule_refused_is_recorded_with_its_reason(
+    settings: Settings, db: Database, clock: ManualClock, hosts: HostService
+) -> None:
+    rule = {"name": "short", "kind": "max_length", "limit": "2h"}
+    ctx = build_context(settings.model_copy(update={"usage_rules": (rule,)}), db, clock)
+    add_hosts(hosts, 1)
+    leases = LeaseService(ctx)
+    mine = leases.create(ALICE, host_request("mine", T0 + HOUR, T0 + 2 * HOUR))
+    with pytest.raises(UsageRuleBroken):
+        leases.update(ALICE, mine.id, LeaseChanges(end=T0 + 4 * HOUR))
+    [row] = recorded(ctx)
+    assert (row.lease_id, row.lease_name, row.step, row.outcome, row.reason) == (
+        mine.id,
+        "mine",
+        "update",
+        "refused",
+        "usage_rule",
+    )
+    assert (row.start_date, row.end_date, row.resource_type) == (
+        T0 + HOUR,
+        T0 + 4 * HOUR,
+        "physical:host",
+    )
+    assert row.message.startswith("usage rule 'short'")
+
+
 def test_a_flexible_window_is_recorded_once_when_nothing_fits_and_not_when_raced(
     ctx: ServiceContext, leases: LeaseService, one_host: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

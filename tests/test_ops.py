@@ -32,7 +32,7 @@ from climate.db.engine import Database
 from climate.domain.clock import SystemClock
 from climate.runtime import build_context
 from climate.serving import ServerConfig
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer, free_port, serve
 from tests.processes import Process
 
 MEMBER = {"X-Project-Id": "secret-project-4711", "X-User-Id": "u", "X-Roles": "member"}
@@ -172,6 +172,31 @@ def test_event_lag_is_observed_by_the_manager(live: LiveServer) -> None:
     after = _samples(url)
     assert _value(after, "climate_event_lag_seconds_count", event_type="start_lease") == before + 1
     assert _value(after, "climate_leases", status="ACTIVE") == 1
+
+
+def test_refusals_by_a_usage_rule_or_credits_are_counted_as_such(
+    settings: Settings, sqlite_url: str
+) -> None:
+    rule = {"name": "short", "kind": "max_length", "limit": "1h"}
+    update = {"usage_rules": (rule,), "credits": True, "prices": {"physical:host": "1"}}
+    with serve(settings.model_copy(update=update), sqlite_url) as live:
+        url = live.url
+        assert httpx.post(f"{url}/v1/os-hosts", json={"name": "h1"}).status_code == 201
+        before = _samples(url)
+        assert httpx.post(f"{url}/v1/leases", json=_lease("long", 1)).status_code == 403
+        grant = httpx.post(f"{url}/v1/projects/admin/credits", json={"amount": "0.50"})
+        assert grant.status_code == 201
+        short = {**_lease("short", 1), "end_date": "2031-01-01 11:00"}
+        assert httpx.post(f"{url}/v1/leases", json=short).status_code == 403
+        after = _samples(url)
+
+    def moved(**labels: str) -> float:
+        name = "climate_admission_refusals_total"
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    assert moved(reason="usage_rule", resource_type="") == 1
+    assert moved(reason="credits", resource_type="") == 1
+    assert moved(reason="unexplained", resource_type="") == 0
 
 
 def test_metrics_name_no_project_unless_allowed(settings: Settings, database_url: str) -> None:
@@ -354,7 +379,9 @@ def _served_by(metrics_dir: Path) -> dict[str, float]:
     return {name: n for name, n in counts.items() if n}
 
 
-def test_the_grafana_dashboard_shows_metrics_that_exist(live: LiveServer) -> None:
+def test_the_grafana_dashboard_shows_every_metric_and_only_those_that_exist(
+    live: LiveServer,
+) -> None:
     dashboard = json.loads((Path(__file__).parents[1] / "docs/grafana/climate.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     named = {name for e in exprs for name in re.findall(r"climate_[a-z_]+", e)}
@@ -370,4 +397,11 @@ def test_the_grafana_dashboard_shows_metrics_that_exist(live: LiveServer) -> Non
         and n.removesuffix("_total") not in served
     }
     assert not missing, missing
-    assert len(named) >= 10
+    shown = {n.removesuffix("_bucket").removesuffix("_total") for n in named}
+    # prometheus-client's own <name>_created families are when a series began, not a metric.
+    unshown = {
+        n
+        for n in served
+        if n.startswith("climate_") and not n.endswith("_created") and n not in shown
+    }
+    assert not unshown, f"served but not on the dashboard: {unshown}"

@@ -145,6 +145,7 @@ def test_the_price_table_refuses_bad_rules_by_name() -> None:
         ({"physical:host": "one"}, "prices.physical:host"),
         ({"physical:host": "-1"}, "prices.physical:host"),
         ({"physical:host": "NaN"}, "prices.physical:host"),
+        ({"physical:host": "1e30"}, "prices.physical:host"),
     ):
         with pytest.raises(InvalidInput) as refused:
             PriceTable.parse(rules)
@@ -233,3 +234,22 @@ def test_climate_usage_command(live_sqlite: LiveServer) -> None:
     assert [r["project_id"] for r in rows] == ["project-b"]
     refused = run("usage", "--url", url, "--start", "2030-01-02", "--end", "2030-01-01", ok=False)
     assert "end: must be after start" in refused.stderr
+
+
+@pytest.mark.parametrize("route", ["/v1/usage", "/v1/demand", "/v1/policy/usage"])
+@pytest.mark.parametrize("project", ["", " ", "a\x1bb"])
+def test_a_report_for_a_blank_or_unprintable_project_is_a_400(
+    live_sqlite: LiveServer, route: str, project: str
+) -> None:
+    bad = httpx.get(f"{live_sqlite.url}{route}", params={"project_id": project})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error_message"].startswith("project_id: "), bad.text
+
+
+@pytest.mark.parametrize("user", ["", "a\x1bb"])
+def test_usage_rules_for_a_blank_or_unprintable_user_is_a_400(
+    live_sqlite: LiveServer, user: str
+) -> None:
+    bad = httpx.get(f"{live_sqlite.url}/v1/policy/usage", params={"user_id": user})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error_message"].startswith("user_id: "), bad.text

@@ -68,6 +68,11 @@ def test_rules_from_the_config_file(tmp_path: Path) -> None:
         ('kind = "quota"\nlimit = 1', "kind must be one of max_length"),
         ('kind = "max_length"\nlimit = "forever"', "limit: must be a positive duration"),
         ('kind = "max_length"\nlimit = -5', "must be a positive duration"),
+        ('kind = "max_advance"\nlimit = 1e30', "limit: must be at most 36500 days, not 1e+30"),
+        (
+            'kind = "budget"\nunit = "hosts"\nlimit = 1\nwindow = "99999999d"',
+            "window: must be at most 36500 days, not '99999999d'",
+        ),
         ('kind = "concurrent"\nunit = "hosts"\nlimit = 1.5', "limit must be a whole number"),
         ('kind = "concurrent"\nunit = "hosts"\nlimit = 0', "limit must be positive"),
         ('kind = "concurrent"\nunit = "hosts"', "needs a limit"),

@@ -65,8 +65,9 @@ ADMISSION_SECONDS = Histogram(
 )
 REFUSALS = Counter(
     "climate_admission_refusals",
-    "Lease creations and updates refused for want of capacity, by the first failing rule "
-    "(too_few_match, too_few_free, shared, unexplained) and resource type",
+    "Lease creations and updates refused, by reason (for want of capacity, the first failing "
+    "rule: too_few_match, too_few_free, shared, unexplained; else usage_rule or credits) and "
+    "resource type (capacity only)",
     ["reason", "resource_type"],
 )
 CATCH_UPS = Counter(
@@ -95,7 +96,12 @@ DELIVERY_FAILURES = Counter(
 
 def refused(details: Mapping[str, Any] | None) -> None:
     """Count one refusal from its error details (``wire.refusal``): the first reservation
-    whose rule is not ``fits`` names the reason."""
+    whose rule is not ``fits`` names the reason; a usage rule's or the credits' refusal (its
+    ``rules``) is ``usage_rule`` or ``credits``, never a capacity refusal."""
+    rules = (details or {}).get("rules")
+    if rules:
+        REFUSALS.labels("credits" if rules[0].get("kind") == "credits" else "usage_rule", "").inc()
+        return
     reasons = (details or {}).get("reason", {}).get("reservations", [])
     first = next((r for r in reasons if r.get("rule") != "fits"), None)
     if first is None:

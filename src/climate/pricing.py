@@ -40,6 +40,13 @@ _EXACT = Context(prec=80)
 """Exact for the products a quote sums (its methods, not a local context: a quote runs at every
 admission)."""
 _FREE, _ONE = Decimal(0), Decimal(1)
+MAX_PRICE = Decimal(10**9)
+"""The highest price per unit-hour the table takes."""
+MAX_FACTOR = Decimal(10**6)
+"""The largest factor a resource's property may give (a larger one counts 1, as a malformed
+one does): with ``MAX_PRICE`` it keeps every quote's digits within ``_EXACT``."""
+MAX_CENTS = 2**63 - 1
+"""The most cents a balance, an entry or an encumbrance can hold (a 64-bit column)."""
 _RULE = re.compile(r"^(?P<type>[a-z_:]+)(?:\[(?P<name>[^=\]]+)=(?P<value>[^\]]*)\])?$")
 
 
@@ -138,8 +145,8 @@ MICROSECONDS_PER_HOUR = 3_600_000_000
 
 
 def factor(properties: Mapping[str, str], name: str) -> Decimal:
-    """A resource's price factor: its property ``name`` as a decimal number at least 0; 1 when
-    it has none, or one that is not such a number."""
+    """A resource's price factor: its property ``name`` as a decimal number from 0 to
+    ``MAX_FACTOR``; 1 when it has none, or one that is not such a number."""
     text = properties.get(name)
     if text is None:
         return _ONE
@@ -147,7 +154,7 @@ def factor(properties: Mapping[str, str], name: str) -> Decimal:
         found = Decimal(str(text).strip())
     except InvalidOperation:
         return _ONE
-    return found if found.is_finite() and found >= 0 else _ONE
+    return found if found.is_finite() and 0 <= found <= MAX_FACTOR else _ONE
 
 
 def quote(table: PriceTable, factor_name: str, uses: Iterable[Use]) -> Decimal:
@@ -169,7 +176,7 @@ def quote(table: PriceTable, factor_name: str, uses: Iterable[Use]) -> Decimal:
 
 def cents(amount: Decimal) -> int:
     """An amount to the cent as whole cents."""
-    return int(amount.quantize(CENT) * 100)
+    return int(_EXACT.multiply(amount.quantize(CENT, context=_EXACT), 100))
 
 
 def from_cents(count: int) -> Decimal:
@@ -181,6 +188,6 @@ def _price(where: str, text: str) -> Decimal:
         price = Decimal(str(text).strip())
     except InvalidOperation:
         raise InvalidInput(where, f"must be a decimal number, not {text!r}") from None
-    if not price.is_finite() or price < 0:
-        raise InvalidInput(where, f"must be a number at least 0, not {text!r}")
+    if not price.is_finite() or not 0 <= price <= MAX_PRICE:
+        raise InvalidInput(where, f"must be a number from 0 to {MAX_PRICE}, not {text!r}")
     return price

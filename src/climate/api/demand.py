@@ -10,6 +10,7 @@ import io
 from fastapi import APIRouter, Request, Response
 
 from climate.api.deps import ActorDep
+from climate.api.parsing import id_filter
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.demand import (
     CounterOfferShown,
@@ -62,7 +63,7 @@ def get_demand(
     service: DemandService = request.app.state.demand
     asked = asked_window(service.ctx, period, start, end, format)
     question = Question(bucket, resource_type, properties, _percent(target))
-    body = _body(service.report(actor, asked, question, project_id))
+    body = _body(service.report(actor, asked, question, id_filter("project_id", project_id)))
     return answer(request, format, body, _csv)
 
 

@@ -83,6 +83,16 @@ def check_text(value: object, where: str) -> None:
             check_text(item, f"{where}[{i}]")
 
 
+def id_filter(field: str, value: str | None) -> str | None:
+    """A report's ``project_id`` or ``user_id`` query: absent (the default), or an id, never
+    blank (``project_id=`` with an unset variable would report nothing)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise InvalidInput(field, "must name one; leave it out for the default")
+    return inputs.name_text(field, value)
+
+
 _REQUIRED = "%Y-%m-%d %H:%M (or ISO 8601; UTC without an offset)"
 """Blazar's words for a date it cannot read, then the other form Climate reads."""
 

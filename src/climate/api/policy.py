@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from climate.api.auth import Authenticator
 from climate.api.deps import ActorDep
+from climate.api.parsing import id_filter
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.policy import Caller, CallerAnswer, PolicyUsage, RuleUsage
 from climate.domain.actor import Actor
@@ -34,7 +35,9 @@ def usage(
 ) -> PolicyUsage:
     """The caller's project (an admin: any, with ``project_id``); per-user figures are the
     caller's (or ``user_id``'s)."""
-    report = service.usage(actor, project_id, user_id)
+    report = service.usage(
+        actor, id_filter("project_id", project_id), id_filter("user_id", user_id)
+    )
     return PolicyUsage(
         project_id=report.project_id,
         user_id=report.user_id,

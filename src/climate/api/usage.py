@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
 from climate.api.deps import ActorDep
-from climate.api.parsing import parse_date
+from climate.api.parsing import id_filter, parse_date
 from climate.api.schemas.answers import V1, answers
 from climate.api.schemas.usage import ProjectUsage, Usage, UsageLine, UsageResponse
 from climate.context import ServiceContext
@@ -54,7 +54,7 @@ def get_usage(
     own)."""
     service: UsageService = request.app.state.usage
     asked = asked_window(service.ctx, period, start, end, format)
-    body = _body(service.report(actor, asked, project_id))
+    body = _body(service.report(actor, asked, id_filter("project_id", project_id)))
     return answer(request, format, body, _csv)
 
 

@@ -196,7 +196,8 @@ def encumber(
     project = lease.project_id
     kind = ENCUMBER if held == 0 and step != admission.UPDATE else ADJUST
     entry = credit_rows.Entry(project, lease.id, kind, -delta, delta, _name(actor), now, step)
-    written = credit_rows.post(session, entry)
+    # A quote past what a balance can hold is beyond any balance: refused without a write.
+    written = credit_rows.post(session, entry) if delta <= pricing.MAX_CENTS else None
     if written is None:
         have = credit_rows.balance(session, project) or 0
         refused = NotEnoughCredits(

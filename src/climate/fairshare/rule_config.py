@@ -33,6 +33,10 @@ KEYS: Mapping[Kind, frozenset[str]] = {
 STACKING_LOOKAROUND = 7 * DAY
 """How far before and after a lease a stacking rule follows its chain by default."""
 
+MAX_SPAN = 36_500 * DAY
+"""The longest duration a rule may name (about a century): a window reaching further would
+take its reads past the dates a datetime can hold."""
+
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
 _ISO = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?")
 
@@ -59,6 +63,8 @@ def parse_span(where: str, value: object) -> float:
         raise RuleError(
             f"{where}: must be a positive duration (seconds, '30d', '12h', 'P30D'), not {value!r}"
         )
+    if seconds > MAX_SPAN:
+        raise RuleError(f"{where}: must be at most {span(MAX_SPAN)}, not {value!r}")
     return seconds
 
 

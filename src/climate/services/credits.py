@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from climate import pricing
+from climate import inputs, pricing
 from climate.context import ServiceContext
 from climate.db import credits as credit_rows
 from climate.domain.actor import Actor
@@ -19,6 +19,9 @@ LEDGER_PAGE = 1000
 PROJECT_ID_LENGTH = 255
 MAX_AMOUNT = Decimal("1000000000000")
 """The largest amount one grant may add or take (a typo guard, far beyond any budget)."""
+MAX_BALANCE = Decimal(10**15)
+"""The most grants may lift a balance to: far below what its 64-bit column holds, so that
+refunds of what its leases encumbered always fit."""
 
 
 @dataclass(frozen=True)
@@ -69,18 +72,26 @@ class CreditsService:
 
         :raises Forbidden: the caller is not an admin.
         :raises InvalidInput: the amount is zero, not to the cent, or too large; the project
-            id is too long.
-        :raises Conflict: taking it back would leave the balance below zero.
+            id is blank, too long or has a control character.
+        :raises Conflict: taking it back would leave the balance below zero, or granting
+            it lift the balance above ``MAX_BALANCE``.
         """
         self.ctx.policy.enforce(actor, "climate:credits:grant", {"project_id": project_id})
-        if len(project_id) > PROJECT_ID_LENGTH:
-            raise InvalidInput("project_id", f"at most {PROJECT_ID_LENGTH} characters")
+        if not project_id.strip() or len(project_id) > PROJECT_ID_LENGTH:
+            raise InvalidInput("project_id", f"from 1 to {PROJECT_ID_LENGTH} characters, not blank")
+        inputs.name_text("project_id", project_id)
         if not amount or abs(amount) > MAX_AMOUNT or amount != amount.quantize(pricing.CENT):
             raise InvalidInput(
                 "amount", f"must be a non-zero amount to the cent, at most {MAX_AMOUNT} either way"
             )
         now = self.ctx.clock.now()
         with self.ctx.db.transaction() as session:
+            have = pricing.from_cents(credit_rows.balance(session, project_id) or 0)
+            if amount > 0 and have + amount > MAX_BALANCE:
+                raise Conflict(
+                    f"amount: project {project_id} has {have} credits; "
+                    f"granting {amount} would lift it above {MAX_BALANCE}"
+                )
             written = credits.grant(self.ctx, session, actor, project_id, amount, now, note)
             if written is None:
                 have = pricing.from_cents(credit_rows.balance(session, project_id) or 0)

@@ -141,13 +141,15 @@ def rule_broken(
     reserved: Sequence[tuple[str, Mapping[str, Any]]],
     window: tuple[dt.datetime, dt.datetime],
     message: str,
+    lease_id: str | None = None,
 ) -> None:
-    """A new lease a usage rule refused: ``reserved`` is each reservation's type and
-    parameters."""
-    why = ("create", REFUSED, USAGE_RULE, message)
+    """A new lease (or, given its ``lease_id``, a lease's update) a usage rule refused:
+    ``reserved`` is each reservation's type and parameters."""
+    step = "create" if lease_id is None else "update"
+    why = (step, REFUSED, USAGE_RULE, message)
     owner = (actor.project_id, actor.user_id)
     at = ctx.clock.now()
-    record(ctx, [_row(at, owner, (None, name), why, t, p, window) for t, p in reserved])
+    record(ctx, [_row(at, owner, (lease_id, name), why, t, p, window) for t, p in reserved])
 
 
 def update_refused(

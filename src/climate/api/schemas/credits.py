@@ -12,8 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationInf
 from climate.db.credits import Written
 from climate.errors import InvalidInput
 from climate.fairshare.credits import entry_body
-from climate.inputs import MAX_INT
-from climate.services.credits import Account
+from climate.services.credits import MAX_AMOUNT, Account
 
 AMOUNT_PATTERN = r"-?\d{1,13}(\.\d{1,2})?"
 MAX_NOTE = 255
@@ -27,8 +26,8 @@ def _amount(value: object, info: ValidationInfo) -> Decimal:
         )
     if not isinstance(value, str | int):
         raise InvalidInput(field, "must be a decimal string such as '100.00' (or a whole number)")
-    if isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:
-        raise InvalidInput(field, f"must be between {-MAX_INT} and {MAX_INT} as a whole number")
+    if isinstance(value, int) and abs(value) > MAX_AMOUNT:
+        raise InvalidInput(field, f"must be at most {MAX_AMOUNT} either way")
     text = str(value).strip()
     if not re.fullmatch(AMOUNT_PATTERN, text, re.ASCII):
         raise InvalidInput(

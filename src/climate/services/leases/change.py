@@ -73,6 +73,19 @@ class Changing(LeaseBase):
         if isinstance(outcome, Admitted):
             return outcome.lease
         if outcome.broken is not None:
+            if asked:
+                shape = asked[0]
+                reserved = [(r.resource_type, r.params) for r in shape.reservations]
+                window = (shape.start, shape.end)
+                demand.rule_broken(
+                    self.ctx,
+                    actor,
+                    shape.name,
+                    reserved,
+                    window,
+                    str(outcome.broken),
+                    shape.lease_id,
+                )
             raise outcome.broken
         if not asked:
             raise NotEnoughCapacity(outcome.message)

@@ -520,3 +520,50 @@ def test_climate_answers_as_blazar(blazar: str, climate: str, case: Case) -> Non
             if step.message is not None:
                 assert step.message in their_body["error_message"], where
                 assert step.message in our_body["error_message"], where
+
+
+ALLOCATION_QUERIES = [
+    ("", True),
+    ("?lease_id=", True),
+    ("?lease_id=&reservation_id=", True),
+    ("?lease_id={lease}", True),
+    ("?reservation_id={reservation}", True),
+    ("?lease_id=nope", False),
+    ("?lease_id={lease}&reservation_id=nope", False),
+]
+"""Each query, and whether the lease made here is in its answer."""
+
+
+def _allocations_seen(base: str) -> list[tuple[list[list[str]], list[str]]]:
+    """For each query, the hosts' reservations (the lease made here as "held"), from both
+    allocation routes, the per-host one on the host that holds the lease."""
+    with httpx.Client(base_url=base, timeout=60) as http:
+        lease = http.post("/leases", json=_lease("held")).json()["lease"]
+        try:
+            reservation = lease["reservations"][0]["id"]
+
+            def tags(found: list[dict[str, Any]]) -> list[str]:
+                return ["held" if r["lease_id"] == lease["id"] else "other" for r in found]
+
+            listed = http.get("/os-hosts/allocations").json()["allocations"]
+            (host,) = [a["resource_id"] for a in listed if "held" in tags(a["reservations"])]
+            seen = []
+            for query, _ in ALLOCATION_QUERIES:
+                query = query.format(lease=lease["id"], reservation=reservation)
+                everyone = http.get(f"/os-hosts/allocations{query}").json()["allocations"]
+                one = http.get(f"/os-hosts/{host}/allocation{query}").json()["allocation"]
+                held = sorted(tags(a["reservations"]) for a in everyone if a["reservations"])
+                seen.append((held, tags(one["reservations"])))
+            return seen
+        finally:
+            http.delete(f"/leases/{lease['id']}")
+
+
+def test_host_allocations_are_filtered_as_blazar_filters_them(blazar: str, climate: str) -> None:
+    """An empty ``lease_id`` or ``reservation_id`` is no filter, as in Blazar; an unknown one
+    leaves each host's list empty; given both, both must match."""
+    ours = _allocations_seen(climate)
+    assert ours == [
+        ([["held"]], ["held"]) if shown else ([], []) for _, shown in ALLOCATION_QUERIES
+    ]
+    assert _allocations_seen(blazar) == ours

@@ -137,6 +137,7 @@ FLOATING_IPS = Kind(
     },
     pool_field="floating_network_id",
     pool_required=True,
+    shown=("subnet_id",),
 )
 
 

@@ -45,6 +45,8 @@ class Kind:
     """A new item must name its pool."""
     required: tuple[str, ...] = ()
     """Extra properties every item of the kind must have."""
+    shown: tuple[str, ...] = ()
+    """Extra properties every item shows, null when it has none, as Blazar shows its columns."""
     held: str = ""
     """Blazar's words refusing to delete an item that reservations hold (``{id}``: the item's),
     for a kind Blazar has; they begin the 409's message."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,38 @@ def test_allocations_hosts_properties_and_floating_ips(osc: Blazar, api: httpx.C
     assert "ERROR: floating_ip_address: floating IP 172.24.4.101" in again
     osc.ok("floatingip", "delete", ip["id"])
     assert api.get("/v1/floatingips").json()["floatingips"] == []
+
+
+def test_an_active_floating_ip_reservation_grows_but_does_not_shrink(
+    osc: Blazar, api: httpx.Client
+) -> None:
+    """As Blazar: an active reservation takes more addresses, and refuses to give any back
+    (a 400 in Blazar's words)."""
+    add_floating_ips(api, "172.24.4.101", "172.24.4.102", "172.24.4.103")
+    body = {
+        "name": "ips",
+        "start_date": "now",
+        "end_date": cli_date(minute(dt.timedelta(days=1))),
+        "reservations": [
+            {"resource_type": "virtual:floatingip", "network_id": NETWORK, "amount": 2}
+        ],
+        "events": [],
+    }
+    lease = api.post("/v1/leases", json=body).json()["lease"]
+    reservation = lease["reservations"][0]["id"]
+    deadline = time.monotonic() + 3
+    while api_lease(api, lease["id"])["status"] != "ACTIVE":
+        assert time.monotonic() < deadline, "the lease did not start"
+        time.sleep(0.1)
+
+    refused = osc.fails("lease", "set", "--reservation", f"id={reservation},amount=1", "ips")
+    assert (
+        "ERROR: amount: Floating IP reservation cannot be updated with requested parameters. "
+        "Cannot remove allocations from an active reservation (the lease is active on 2"
+    ) in refused
+    shrink = {"reservations": [{"id": reservation, "amount": 1}]}
+    assert api.put(f"/v1/leases/{lease['id']}", json=shrink).status_code == 400
+
+    osc.ok("lease", "set", "--reservation", f"id={reservation},amount=3", "ips")
+    (grown,) = api_lease(api, lease["id"])["reservations"]
+    assert (grown["amount"], len(grown["allocations"])) == (3, 3)

@@ -50,6 +50,9 @@ class Kind:
     held: str = ""
     """Blazar's words refusing to delete an item that reservations hold (``{id}``: the item's),
     for a kind Blazar has; they begin the 409's message."""
+    shrunk: str = ""
+    """Blazar's words refusing to take items from an active reservation, for a kind Blazar has;
+    they begin the message, and the answer is Blazar's 400 rather than a 409."""
     columns: tuple[str, ...] = field(init=False)
     """The fields that are not extra properties."""
 

@@ -294,8 +294,17 @@ def test_inventory_checks_its_fields(
         add_fips(fips, 1)
     with pytest.raises(InvalidInput, match="^floating_ip_address: IP address .* is invalid form"):
         fips.create(ADMIN, {"floating_network_id": NET, "floating_ip_address": "300.1.1.1"})
-    with pytest.raises(InvalidInput, match="^floating_network_id: must be a non-empty string"):
+    # Blazar's words for a field left out (or null), rather than a complaint about None.
+    with pytest.raises(InvalidInput, match="^floating_network_id: Missing parameter floating_n"):
         fips.create(ADMIN, {"floating_ip_address": "10.0.0.1"})
+    with pytest.raises(InvalidInput, match="^floating_ip_address: Missing parameter floating_i"):
+        fips.create(ADMIN, {"floating_network_id": NET, "floating_ip_address": None})
+    with pytest.raises(InvalidInput, match="Missing parameter floating_network_id,floating_ip_"):
+        fips.create(ADMIN, {})
+    with pytest.raises(InvalidInput, match="^floating_network_id: must be a non-empty string"):
+        fips.create(ADMIN, {"floating_network_id": " ", "floating_ip_address": "10.0.0.1"})
+    with pytest.raises(InvalidInput, match="^name: Missing parameter name$"):
+        devices.create(ADMIN, {"model": "a100"})
     with pytest.raises(InvalidInput, match="^network_type: required"):
         networks.create(ADMIN, {"segment_id": 5})
     with pytest.raises(InvalidInput, match="^segment_id: must be at least 1"):

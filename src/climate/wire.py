@@ -286,6 +286,7 @@ def item(row: Item, kind: Kind) -> dict[str, Any]:
             "updated_at": stamp(row.updated_at),
         }
     )
+    body.update(dict.fromkeys(kind.shown))
     body.update({p.name: p.value for p in row.properties})
     return body
 

@@ -64,9 +64,10 @@ class AllocationFilters:
     end_date: str | None = None
 
     def as_arguments(self) -> dict[str, Any]:
+        """An empty filter is no filter, as Blazar reads one (``?lease_id=``)."""
         return {
-            "lease_id": self.lease_id,
-            "reservation_id": self.reservation_id,
+            "lease_id": self.lease_id or None,
+            "reservation_id": self.reservation_id or None,
             "start": optional_date("start_date", self.start_date),
             "end": optional_date("end_date", self.end_date),
         }

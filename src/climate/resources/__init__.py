@@ -40,5 +40,7 @@ def shown(reservation: ReservationView) -> dict[str, Any]:
 def pick(types: dict[str, ResourceType], name: object, field: str) -> ResourceType:
     if not isinstance(name, str) or name not in types:
         known = ", ".join(sorted(types))
-        raise InvalidInput(field, f"unknown resource type {name!r}; this service offers {known}")
+        raise InvalidInput(  # Blazar's words, then ours
+            field, f"The {name} resource type is not supported; this service offers {known}"
+        )
     return types[name]

@@ -125,6 +125,8 @@ FLOATING_IPS = Kind(
     rules="blazar:floatingips",
     name_field="floating_ip_address",
     held="Can't delete floating IP {id}. Floating IP id {id} is allocated by reservations.",
+    shrunk="Floating IP reservation cannot be updated with requested parameters. Cannot remove "
+    "allocations from an active reservation",
     check_name=_address,
     fields={
         "floating_network_id": NAME,
@@ -137,6 +139,7 @@ FLOATING_IPS = Kind(
     },
     pool_field="floating_network_id",
     pool_required=True,
+    shown=("subnet_id",),
 )
 
 
@@ -181,10 +184,13 @@ class ItemType(ResourceType, Items):
         held = frozenset(a.item_id for a in reservation.item_allocations)
         must_keep = (held if active else frozenset()) | wanted.required
         if len(must_keep) > wanted.max:
-            raise Conflict(
+            detail = (
                 f"the lease is active on {len(must_keep)} {self.kind.plural}; the reservation "
                 f"cannot drop below that ({wanted.max} asked)"
             )
+            if self.kind.shrunk:
+                raise InvalidInput("amount", f"{self.kind.shrunk} ({detail})")
+            raise Conflict(detail)
         view = self.calendar.view(session, wanted.candidates, start, end, [reservation.id])
         self._check(view, wanted, must_keep, start, end)
         demand = HostDemand(start, end, wanted.min, wanted.max, held | must_keep, must_keep)

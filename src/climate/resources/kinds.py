@@ -45,9 +45,14 @@ class Kind:
     """A new item must name its pool."""
     required: tuple[str, ...] = ()
     """Extra properties every item of the kind must have."""
+    shown: tuple[str, ...] = ()
+    """Extra properties every item shows, null when it has none, as Blazar shows its columns."""
     held: str = ""
     """Blazar's words refusing to delete an item that reservations hold (``{id}``: the item's),
     for a kind Blazar has; they begin the 409's message."""
+    shrunk: str = ""
+    """Blazar's words refusing to take items from an active reservation, for a kind Blazar has;
+    they begin the message, and the answer is Blazar's 400 rather than a 409."""
     columns: tuple[str, ...] = field(init=False)
     """The fields that are not extra properties."""
 

@@ -40,7 +40,11 @@ class ItemService:
         self.ctx.policy.enforce(actor, f"{self.rules}:post")
         kind = self.kind
         rest = dict(fields)
-        name = kind.check_name(kind.name_field, rest.pop(kind.name_field, None))
+        identifying = kind.columns if kind.pool_required else (kind.name_field,)
+        missing = [f for f in identifying if rest.get(f) is None]
+        if missing:  # in Blazar's words
+            raise InvalidInput(missing[0], f"Missing parameter {','.join(missing)}")
+        name = kind.check_name(kind.name_field, rest.pop(kind.name_field))
         pool = ""
         if kind.pool_field is not None:
             value = rest.pop(kind.pool_field, None)

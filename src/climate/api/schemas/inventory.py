@@ -153,6 +153,7 @@ def item_models(kind: Kind) -> tuple[type[BaseModel], type[BaseModel]]:
     """A kind's ``{key: item}`` and ``{path: [item]}``: its pool and name fields, then the
     fields every item has, then its extra properties."""
     columns: dict[str, Any] = dict.fromkeys(kind.columns, (str, ...))
+    shown: dict[str, Any] = dict.fromkeys(kind.shown, (str | None, ...))
     item = create_model(
         kind.model,
         __base__=Extensible,
@@ -161,6 +162,7 @@ def item_models(kind: Kind) -> tuple[type[BaseModel], type[BaseModel]]:
         reservable=(bool, ...),
         created_at=(Stamp, ...),
         updated_at=(Stamp | None, ...),
+        **shown,
     )
     one_field: dict[str, Any] = {kind.key: (item, ...)}
     many_field: dict[str, Any] = {kind.path: (list[item], ...)}  # type: ignore[valid-type]

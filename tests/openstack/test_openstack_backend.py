@@ -21,7 +21,7 @@ from climate.backends.openstack.placement import resource_class
 from climate.config import load_settings
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
-from climate.errors import InvalidInput
+from climate.errors import Conflict, InvalidInput
 from climate.manager.service import Manager
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
@@ -37,6 +37,30 @@ def test_unknown_host_is_refused_and_nothing_written(climate: Any) -> None:
     with pytest.raises(InvalidInput, match="name: Nova has no hypervisor named 'compute99'"):
         hosts.create(ADMIN, "compute99", {})
     assert list(hosts.list_all(ADMIN)) == []
+
+
+def test_a_host_with_servers_is_refused_as_blazar_refuses_it(
+    climate: Any, cloud: Any, openstack_env: dict[str, str]
+) -> None:
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    flavor = cloud.compute.create_flavor(
+        name=f"climate-{uuid.uuid4().hex[:6]}", vcpus=1, ram=256, disk=1
+    )
+    server = boot(
+        cloud, openstack_env["OSTEST_IMAGE_ID"], flavor.id, availability_zone="nova:compute2"
+    )
+    try:
+        with pytest.raises(
+            Conflict, match=rf"name: Servers \[{server.id}\] found for host compute2"
+        ):
+            hosts.create(ADMIN, "compute2", {})
+        assert list(hosts.list_all(ADMIN)) == []
+        assert aggregate(cloud, ctx.settings.freepool_name) is None
+    finally:
+        cloud.compute.delete_server(server)
+        cloud.compute.wait_for_delete(server, wait=60)
+        cloud.compute.delete_flavor(flavor)
 
 
 def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:

@@ -47,6 +47,7 @@ from climate.backends.base import (
     PowerOff,
     PowerOn,
     Replace,
+    ResourceInUse,
     Result,
     Start,
     StartManual,
@@ -225,6 +226,13 @@ class OpenStackBackend(Backend):
         if hypervisor is None:
             raise UnknownResource(f"Nova has no hypervisor named {action.name!r}")
         service_host = str(hypervisor["service"]["host"])
+        if action.vacant:
+            running = [
+                s.id
+                for s in self.conn.compute.servers(all_projects=True, compute_host=service_host)
+            ]
+            if running:
+                raise ResourceInUse(f"Servers [{', '.join(running)}] found for host {action.name}")
         fields: dict[str, Any] = {
             "vcpus": hypervisor.get("vcpus"),
             "memory_mb": hypervisor.get("memory_mb"),

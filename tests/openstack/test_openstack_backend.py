@@ -21,10 +21,12 @@ from climate.backends.openstack.placement import resource_class
 from climate.config import load_settings
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
+from climate.domain.requests import LeaseChanges, ReservationRequest
 from climate.errors import Conflict, InvalidInput
 from climate.manager.service import Manager
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseService
+from climate.services.reservation_actions import ReservationActionService
 from tests.conftest import ADMIN
 from tests.openstack.conftest import aggregate, boot, lease_now, rig_settings
 
@@ -61,6 +63,31 @@ def test_a_host_with_servers_is_refused_as_blazar_refuses_it(
         cloud.compute.delete_server(server)
         cloud.compute.wait_for_delete(server, wait=60)
         cloud.compute.delete_flavor(flavor)
+
+
+def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
+    climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    ctx, backend = climate
+    actor, _ = lessee
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    for name in ("compute1", "compute2"):
+        hosts.create(ADMIN, name, {})
+    lease = lease_now(ctx, clock, actor, name="grows")
+    (reservation,) = lease.reservations
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        assert len(aggregate(backend.conn, reservation.id).hosts) == 1
+        grow = ReservationRequest(None, {"min": 2, "max": 2}, reservation.id)
+        ReservationActionService(ctx, backend).update_lease(
+            actor, lease.id, LeaseChanges(reservations=[grow])
+        )
+        assert sorted(aggregate(backend.conn, reservation.id).hosts) == ["compute1", "compute2"]
+        assert aggregate(backend.conn, ctx.settings.freepool_name).hosts == []
+    finally:
+        clock.set(lease.end_date)
+        manager.run_due()
 
 
 def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:

@@ -7,6 +7,7 @@ a missing setting named at start-up. Proved with openstacksdk calls, not Climate
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 import uuid
@@ -15,6 +16,7 @@ from typing import Any
 import openstack
 import pytest
 
+from climate import wire
 from climate.backends.base import Timeboxed
 from climate.backends.openstack import OpenStackBackend
 from climate.backends.openstack.placement import resource_class
@@ -25,10 +27,10 @@ from climate.domain.requests import LeaseChanges, ReservationRequest
 from climate.errors import Conflict, InvalidInput
 from climate.manager.service import Manager
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseService
+from climate.services.leases import LeaseRequest, LeaseService
 from climate.services.reservation_actions import ReservationActionService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import aggregate, boot, lease_now, rig_settings
+from tests.openstack.conftest import HOST_FIELDS, aggregate, boot, lease_now, rig_settings
 
 HOUR = dt.timedelta(hours=1)
 
@@ -88,6 +90,23 @@ def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
     finally:
         clock.set(lease.end_date)
         manager.run_due()
+
+
+def test_enrolment_reads_the_zone_and_cpu_info_a_blazar_lease_may_ask_for(
+    climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    ctx, backend = climate
+    host = HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute1", {})
+    shown = wire.host(host)
+    assert shown["availability_zone"] == "nova"
+    assert json.loads(shown["cpu_info"])["arch"] == "x86_64"
+    asked = {"hypervisor_properties": '["==", "$availability_zone", "nova"]'}
+    start = clock.now() + HOUR  # a future lease: nothing moves in Nova
+    wanted = ReservationRequest("physical:host", HOST_FIELDS | asked)
+    lease = LeaseService(ctx).create(
+        lessee[0], LeaseRequest("zoned", start, start + HOUR, reservations=[wanted])
+    )
+    assert [a.host_id for a in lease.reservations[0].allocations] == [host.id]
 
 
 def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:

@@ -58,6 +58,8 @@ from climate.backends.base import (
 from climate.backends.openstack.aggregates import Aggregates
 from climate.backends.openstack.compute_services import (
     POWER_REASON,
+    availability_zone,
+    cpu_info,
     find_hypervisor,
     host_states,
     listen_for_service_updates,
@@ -240,6 +242,7 @@ class OpenStackBackend(Backend):
             "service_name": service_host,
             "hypervisor_type": hypervisor.get("hypervisor_type"),
             "hypervisor_version": hypervisor.get("hypervisor_version"),
+            "cpu_info": cpu_info(hypervisor),
         }
         traits = self.placement.get(f"/resource_providers/{hypervisor['id']}/traits")
         properties = {
@@ -247,6 +250,9 @@ class OpenStackBackend(Backend):
             for trait in (traits or {}).get("traits", [])
             if trait.startswith("CUSTOM_")
         }
+        zone = availability_zone(self.conn, service_host)
+        if zone is not None:  # a Blazar column, kept as a property (blazar_terms)
+            properties["availability_zone"] = zone
         freepool = self.aggregates.find(self.config.freepool_name, create=True)
         if service_host not in (freepool.hosts or []):
             self.conn.compute.add_host_to_aggregate(freepool, service_host)

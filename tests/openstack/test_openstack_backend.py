@@ -109,6 +109,16 @@ def test_enrolment_reads_the_zone_and_cpu_info_a_blazar_lease_may_ask_for(
     assert [a.host_id for a in lease.reservations[0].allocations] == [host.id]
 
 
+def test_a_deleted_host_leaves_no_blazar_provider_in_placement(climate: Any, cloud: Any) -> None:
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    host = hosts.create(ADMIN, "compute3", {})
+    backend.placement.child("compute3")  # as an instance reservation's start makes it
+    hosts.delete(ADMIN, str(host.id))
+    found = cloud.placement.get("/resource_providers?name=blazar_compute3", microversion="1.29")
+    assert found.json()["resource_providers"] == []
+
+
 def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:
     ctx, backend = climate
     hosts = HostService(ctx, Timeboxed(backend, 60))

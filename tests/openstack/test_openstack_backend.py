@@ -6,6 +6,7 @@ a missing setting named at start-up. Proved with openstacksdk calls, not Climate
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -16,10 +17,12 @@ from typing import Any
 import openstack
 import pytest
 
+import climate.backends.openstack as openstack_backend
 from climate import wire
-from climate.backends.base import Timeboxed
+from climate.backends.base import Handover, Timeboxed
 from climate.backends.openstack import OpenStackBackend
 from climate.backends.openstack.placement import resource_class
+from climate.backends.openstack.servers import servers_of
 from climate.config import load_settings
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
@@ -117,6 +120,39 @@ def test_a_deleted_host_leaves_no_blazar_provider_in_placement(climate: Any, clo
     hosts.delete(ADMIN, str(host.id))
     found = cloud.placement.get("/resource_providers?name=blazar_compute3", microversion="1.29")
     assert found.json()["resource_providers"] == []
+
+
+def test_no_server_of_an_instance_flavor_is_booted_while_its_lease_ends(
+    climate: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx, backend = climate
+    actor, lessee_conn = lessee
+    HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute1", {})
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="racing", **fields)
+    rid = lease.reservations[0].id
+    manager = Manager(ctx, backend)
+    manager.run_due()
+    booted: list[Any] = []
+
+    def listed_then_booted(conn: Any, h: Handover) -> list[Any]:
+        """The end's listing of the flavor's servers, and the lessee's boot right after it."""
+        found = servers_of(conn, h)
+        if not booted:
+            booted.append(None)
+            with contextlib.suppress(openstack.exceptions.SDKException):  # refused
+                booted.append(boot(lessee_conn, openstack_env["OSTEST_IMAGE_ID"], rid))
+        return found
+
+    monkeypatch.setattr(openstack_backend, "servers_of", listed_then_booted)
+    clock.set(lease.end_date)
+    manager.run_due()
+    assert LeaseService(ctx).get(actor, lease.id).status == "TERMINATED"
+    assert booted == [None]  # the lessee could no longer boot the flavor
 
 
 def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:

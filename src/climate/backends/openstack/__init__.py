@@ -406,6 +406,10 @@ class OpenStackBackend(Backend):
         return conn.compute
 
     def _end(self, h: Handover) -> None:
+        if h.resource_type == INSTANCES:
+            # As Blazar's on_end, the project's access to the flavor goes first: a boot after
+            # the listing below would outlive the lease (and hold its inventory).
+            drop_flavor(self.conn, h, keep=True)
         servers = list(servers_of(self.conn, h))
         policy = h.end_policy
         if policy is EndPolicy.SNAPSHOT:

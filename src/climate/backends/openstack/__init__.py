@@ -259,8 +259,7 @@ class OpenStackBackend(Backend):
         return Inspected({k: v for k, v in fields.items() if v is not None}, properties)
 
     def _withdraw(self, action: Withdraw) -> None:
-        """The host out of the freepool (BlazarFilter then lets unhinted boots on it again),
-        and its ``blazar_<host>`` Placement provider deleted, as Blazar's host delete does."""
+        """The host out of the freepool: BlazarFilter then lets unhinted boots on it again."""
         if action.resource_type != HOSTS:
             return
         hypervisor = find_hypervisor(self.conn, action.name)
@@ -268,7 +267,6 @@ class OpenStackBackend(Backend):
         freepool = self.aggregates.find(self.config.freepool_name)
         if freepool is not None and host in (freepool.hosts or []):
             self.aggregates.remove_host(freepool, host)
-        self.placement.delete_child(host)
 
     # -- start and end -------------------------------------------------------------------------
 

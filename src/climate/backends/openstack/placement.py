@@ -74,12 +74,6 @@ class Placement:
             raise RuntimeError(f"Placement did not make provider blazar_{host}")
         return made
 
-    def delete_child(self, host: str) -> None:
-        """The ``blazar_<host>`` provider deleted, if there is one."""
-        child = self.provider(f"blazar_{host}")
-        if child is not None:
-            self.delete(f"/resource_providers/{child['uuid']}")
-
     def make_resource_class(self, rc: str) -> None:
         """Custom resource class ``rc``, made if missing and then seen. Placement on MySQL may
         answer 204 ("exists") to a PUT that lost a race for the next class id to another one's:

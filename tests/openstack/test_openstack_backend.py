@@ -6,7 +6,9 @@ a missing setting named at start-up. Proved with openstacksdk calls, not Climate
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
 import os
 import time
 import uuid
@@ -15,18 +17,23 @@ from typing import Any
 import openstack
 import pytest
 
-from climate.backends.base import Timeboxed
+import climate.backends.openstack as openstack_backend
+from climate import wire
+from climate.backends.base import Handover, Timeboxed
 from climate.backends.openstack import OpenStackBackend
 from climate.backends.openstack.placement import resource_class
+from climate.backends.openstack.servers import servers_of
 from climate.config import load_settings
 from climate.domain.actor import Actor
 from climate.domain.clock import ManualClock
-from climate.errors import InvalidInput
+from climate.domain.requests import LeaseChanges, ReservationRequest
+from climate.errors import Conflict, InvalidInput
 from climate.manager.service import Manager
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseService
+from climate.services.leases import LeaseRequest, LeaseService
+from climate.services.reservation_actions import ReservationActionService
 from tests.conftest import ADMIN
-from tests.openstack.conftest import aggregate, boot, lease_now, rig_settings
+from tests.openstack.conftest import HOST_FIELDS, aggregate, boot, lease_now, rig_settings
 
 HOUR = dt.timedelta(hours=1)
 
@@ -37,6 +44,129 @@ def test_unknown_host_is_refused_and_nothing_written(climate: Any) -> None:
     with pytest.raises(InvalidInput, match="name: Nova has no hypervisor named 'compute99'"):
         hosts.create(ADMIN, "compute99", {})
     assert list(hosts.list_all(ADMIN)) == []
+
+
+def test_a_host_with_servers_is_refused_as_blazar_refuses_it(
+    climate: Any, cloud: Any, openstack_env: dict[str, str]
+) -> None:
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    flavor = cloud.compute.create_flavor(
+        name=f"climate-{uuid.uuid4().hex[:6]}", vcpus=1, ram=256, disk=1
+    )
+    server = boot(
+        cloud, openstack_env["OSTEST_IMAGE_ID"], flavor.id, availability_zone="nova:compute2"
+    )
+    try:
+        with pytest.raises(
+            Conflict, match=rf"name: Servers \[{server.id}\] found for host compute2"
+        ):
+            hosts.create(ADMIN, "compute2", {})
+        assert list(hosts.list_all(ADMIN)) == []
+        assert aggregate(cloud, ctx.settings.freepool_name) is None
+    finally:
+        cloud.compute.delete_server(server)
+        cloud.compute.wait_for_delete(server, wait=60)
+        cloud.compute.delete_flavor(flavor)
+
+
+def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
+    climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    ctx, backend = climate
+    actor, _ = lessee
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    for name in ("compute1", "compute2"):
+        hosts.create(ADMIN, name, {})
+    lease = lease_now(ctx, clock, actor, name="grows")
+    (reservation,) = lease.reservations
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        assert len(aggregate(backend.conn, reservation.id).hosts) == 1
+        grow = ReservationRequest(None, {"min": 2, "max": 2}, reservation.id)
+        ReservationActionService(ctx, backend).update_lease(
+            actor, lease.id, LeaseChanges(reservations=[grow])
+        )
+        assert sorted(aggregate(backend.conn, reservation.id).hosts) == ["compute1", "compute2"]
+        assert aggregate(backend.conn, ctx.settings.freepool_name).hosts == []
+    finally:
+        clock.set(lease.end_date)
+        manager.run_due()
+
+
+def test_enrolment_reads_the_zone_and_cpu_info_a_blazar_lease_may_ask_for(
+    climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    ctx, backend = climate
+    host = HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute1", {})
+    shown = wire.host(host)
+    assert shown["availability_zone"] == "nova"
+    assert json.loads(shown["cpu_info"])["arch"] == "x86_64"
+    asked = {"hypervisor_properties": '["==", "$availability_zone", "nova"]'}
+    start = clock.now() + HOUR  # a future lease: nothing moves in Nova
+    wanted = ReservationRequest("physical:host", HOST_FIELDS | asked)
+    lease = LeaseService(ctx).create(
+        lessee[0], LeaseRequest("zoned", start, start + HOUR, reservations=[wanted])
+    )
+    assert [a.host_id for a in lease.reservations[0].allocations] == [host.id]
+
+
+def test_no_server_of_an_instance_flavor_is_booted_while_its_lease_ends(
+    climate: Any,
+    lessee: tuple[Actor, Any],
+    clock: ManualClock,
+    openstack_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx, backend = climate
+    actor, lessee_conn = lessee
+    HostService(ctx, Timeboxed(backend, 60)).create(ADMIN, "compute1", {})
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="racing", **fields)
+    rid = lease.reservations[0].id
+    manager = Manager(ctx, backend)
+    manager.run_due()
+    booted: list[Any] = []
+
+    def listed_then_booted(conn: Any, h: Handover) -> list[Any]:
+        """The end's listing of the flavor's servers, and the lessee's boot right after it."""
+        found = servers_of(conn, h)
+        if not booted:
+            booted.append(None)
+            with contextlib.suppress(openstack.exceptions.SDKException):  # refused
+                booted.append(boot(lessee_conn, openstack_env["OSTEST_IMAGE_ID"], rid))
+        return found
+
+    monkeypatch.setattr(openstack_backend, "servers_of", listed_then_booted)
+    clock.set(lease.end_date)
+    manager.run_due()
+    assert LeaseService(ctx).get(actor, lease.id).status == "TERMINATED"
+    assert booted == [None]  # the lessee could no longer boot the flavor
+
+
+def test_a_deleted_host_keeps_its_blazar_provider_and_boots_servers(
+    climate: Any, cloud: Any, openstack_env: dict[str, str]
+) -> None:
+    """Blazar deletes ``blazar_<host>`` with the host; nova-compute, which caches its provider
+    tree, then fails each build there ("Resource provider ... not found") until it refreshes
+    the tree, up to 300 s later."""
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    host = hosts.create(ADMIN, "compute3", {})
+    backend.placement.child("compute3")  # as an instance reservation's start makes it
+    hosts.delete(ADMIN, str(host.id))
+    flavor = cloud.compute.create_flavor(
+        name=f"climate-{uuid.uuid4().hex[:6]}", vcpus=1, ram=256, disk=1
+    )
+    try:
+        server = boot(
+            cloud, openstack_env["OSTEST_IMAGE_ID"], flavor.id, availability_zone="nova:compute3"
+        )
+        cloud.compute.delete_server(server)
+        cloud.compute.wait_for_delete(server, wait=60)
+    finally:
+        cloud.compute.delete_flavor(flavor)
 
 
 def test_a_deleted_host_leaves_the_freepool(climate: Any, cloud: Any) -> None:

@@ -87,10 +87,8 @@ def show_lease(services: ServicesDep, actor: ActorDep, lease_id: str) -> Respons
 @router.put(
     "/{lease_id}", openapi_extra=body(LeaseUpdate), responses=answers(200, LeaseAnswer, ONE | WRITE)
 )
-def update_lease(
-    services: ServicesDep, actor: ActorDep, lease_id: str, raw: BodyDep
-) -> JSONResponse:
-    lease = services.leases.update(actor, lease_id, validated(LeaseUpdate, raw).changes())
+def update_lease(actions: ActionsDep, actor: ActorDep, lease_id: str, raw: BodyDep) -> JSONResponse:
+    lease = actions.update_lease(actor, lease_id, validated(LeaseUpdate, raw).changes())
     return JSONResponse({"lease": wire.lease(lease)})
 
 

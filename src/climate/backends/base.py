@@ -115,10 +115,13 @@ class Migrate:
 @dataclass(frozen=True)
 class Enrol:
     """Look a resource up in the world before it is registered (``blazar host-create NAME``):
-    the result is an ``Inspected`` with what the world knows of it, or ``UnknownResource``."""
+    the result is an ``Inspected`` with what the world knows of it, ``UnknownResource``, or
+    with ``vacant``, ``ResourceInUse`` when something runs on it already (as Blazar refuses a
+    host with servers: they would run on a reservable host, under another project's lease)."""
 
     resource_type: str
     name: str
+    vacant: bool = False
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,10 @@ class HostState:
 
 class UnknownResource(LookupError):
     """``Enrol`` of a resource the world does not know (the API answers 404)."""
+
+
+class ResourceInUse(RuntimeError):
+    """``Enrol(vacant=True)`` of a resource something runs on (the API answers 409)."""
 
 
 class BackendTimeout(TimeoutError):

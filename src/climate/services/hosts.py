@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 from sqlalchemy.orm import Session
 
 from climate import inputs
-from climate.backends.base import Enrol, Inspected, Timeboxed, UnknownResource, Withdraw
+from climate.backends.base import (
+    Enrol,
+    Inspected,
+    ResourceInUse,
+    Timeboxed,
+    UnknownResource,
+    Withdraw,
+)
 from climate.context import FIRST_PAGE, Page, ServiceContext
 from climate.db import audit
 from climate.db import hosts as host_rows
@@ -125,14 +132,17 @@ class HostService:
         host win over the request's) and properties (its traits; the request's win).
 
         :raises InvalidInput: the cloud knows no such host (nothing is written).
+        :raises Conflict: servers run on it (as Blazar; nothing is written).
         :raises BackendError: the cloud failed or did not answer in time.
         """
         if self.backend is None:
             return {}, {}
         try:
-            found = self.backend.one(Enrol("physical:host", name))
+            found = self.backend.one(Enrol("physical:host", name, vacant=True))
         except UnknownResource as exc:
             raise InvalidInput("name", str(exc)) from exc
+        except ResourceInUse as exc:
+            raise Conflict(f"name: {exc}") from exc
         except Exception as exc:
             raise BackendError(
                 f"host {name}: backend {self.backend.name} failed to enrol it: {exc}"

@@ -1,6 +1,7 @@
 """A project's actions on one reservation of its lease, as its policies allow: start a manual
-reservation, acknowledge the end of a keep-until-ack one; and deleting a lease, which
-acknowledges what its ended reservations kept (docs/policies.md)."""
+reservation, acknowledge the end of a keep-until-ack one; deleting a lease, which
+acknowledges what its ended reservations kept (docs/policies.md); and changing a running
+lease, whose new resources are handed over at once."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ from climate.backends.base import (
     Action,
     Backend,
     Handover,
+    Replace,
     StartManual,
     Timeboxed,
 )
 from climate.context import ServiceContext
-from climate.db import audit
+from climate.db import assignments, audit
 from climate.db import leases as lease_rows
 from climate.db.engine import ADMISSION_LOCK
 from climate.db.tables import Lease, Reservation
 from climate.domain.actor import Actor
-from climate.domain.status import EndPolicy, ReservationStatus, StartPolicy
+from climate.domain.requests import LeaseChanges
+from climate.domain.status import EndPolicy, LeaseStatus, ReservationStatus, StartPolicy
 from climate.errors import BackendError, Conflict, NotFound
 from climate.notify import enqueue_lease
 from climate.resources.base import ACKNOWLEDGED_AT, STARTED_AT, end_policy_of, start_policy_of
@@ -162,6 +165,58 @@ class ReservationActionService:
                     if found and DISCARD.refusal(found[0]) is None:  # else acknowledged
                         self._record(session, DISCARD, actor, lease, found[0], handover, now)
             self.leases.cancel(session, actor, lease_id, now)
+
+    def update_lease(self, actor: Actor, lease_id: str, changes: LeaseChanges) -> Lease:
+        """Change a lease (``LeaseService.update``). As Blazar's update adds the hosts a
+        running reservation gains to its aggregate (and, for instances, to its inventory), the
+        backend is then told of each host a running reservation holds that was not handed
+        over yet (``Replace`` with no old host), and the hand-over is recorded.
+
+        :raises BackendError: the lease was changed, but the backend failed to hand a new host
+            over or did not answer in time; the same update, repeated, tries again.
+        """
+        lease = self.leases.update(actor, lease_id, changes)
+        if lease.status != LeaseStatus.ACTIVE:
+            return lease
+        with self.ctx.db.reader() as session:
+            grown = self._not_handed_over(session, lease_id)
+        for action in grown:
+            try:
+                self.backend.one(action)
+            except Exception as exc:
+                raise BackendError(
+                    f"lease {lease_id} was changed, but backend {self.backend.name} failed to "
+                    f"hand host {action.new_host} over to reservation "
+                    f"{action.handover.reservation_id}: {exc}"
+                ) from exc
+            with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
+                backend_records.replaced(session, action)
+        return lease
+
+    def _not_handed_over(self, session: Session, lease_id: str) -> list[Replace]:
+        """One ``Replace(handover, None, host)`` per host an active reservation of the lease
+        holds more of than was handed over (hosts, or instance slots ``<host>:<n>``)."""
+        lease = lease_rows.get(session, lease_id)
+        if lease is None:
+            return []
+        handed = {
+            (a.reservation_id, a.resource_id)
+            for a in assignments.for_lease(session, lease_id)
+            if a.released_at is None
+        }
+        now = self.ctx.clock.now()
+        grown: list[Replace] = []
+        for reservation in lease.reservations:
+            if reservation.status != ReservationStatus.ACTIVE:
+                continue
+            handover = self.ctx.handover(lease, reservation, now)
+            hosts = {
+                resource_id.partition(":")[0]
+                for resource_id in handover.resource_ids
+                if (reservation.id, resource_id) not in handed
+            }
+            grown += [Replace(handover, None, host) for host in sorted(hosts)]
+        return grown
 
     def _run(self, action: _Action, actor: Actor, lease_id: str, reservation_id: str) -> Lease:
         with self.ctx.db.reader() as session:

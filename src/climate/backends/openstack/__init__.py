@@ -47,6 +47,7 @@ from climate.backends.base import (
     PowerOff,
     PowerOn,
     Replace,
+    ResourceInUse,
     Result,
     Start,
     StartManual,
@@ -57,6 +58,8 @@ from climate.backends.base import (
 from climate.backends.openstack.aggregates import Aggregates
 from climate.backends.openstack.compute_services import (
     POWER_REASON,
+    availability_zone,
+    cpu_info,
     find_hypervisor,
     host_states,
     listen_for_service_updates,
@@ -225,6 +228,13 @@ class OpenStackBackend(Backend):
         if hypervisor is None:
             raise UnknownResource(f"Nova has no hypervisor named {action.name!r}")
         service_host = str(hypervisor["service"]["host"])
+        if action.vacant:
+            running = [
+                s.id
+                for s in self.conn.compute.servers(all_projects=True, compute_host=service_host)
+            ]
+            if running:
+                raise ResourceInUse(f"Servers [{', '.join(running)}] found for host {action.name}")
         fields: dict[str, Any] = {
             "vcpus": hypervisor.get("vcpus"),
             "memory_mb": hypervisor.get("memory_mb"),
@@ -232,6 +242,7 @@ class OpenStackBackend(Backend):
             "service_name": service_host,
             "hypervisor_type": hypervisor.get("hypervisor_type"),
             "hypervisor_version": hypervisor.get("hypervisor_version"),
+            "cpu_info": cpu_info(hypervisor),
         }
         traits = self.placement.get(f"/resource_providers/{hypervisor['id']}/traits")
         properties = {
@@ -239,6 +250,9 @@ class OpenStackBackend(Backend):
             for trait in (traits or {}).get("traits", [])
             if trait.startswith("CUSTOM_")
         }
+        zone = availability_zone(self.conn, service_host)
+        if zone is not None:  # a Blazar column, kept as a property (blazar_terms)
+            properties["availability_zone"] = zone
         freepool = self.aggregates.find(self.config.freepool_name, create=True)
         if service_host not in (freepool.hosts or []):
             self.conn.compute.add_host_to_aggregate(freepool, service_host)
@@ -390,6 +404,10 @@ class OpenStackBackend(Backend):
         return conn.compute
 
     def _end(self, h: Handover) -> None:
+        if h.resource_type == INSTANCES:
+            # As Blazar's on_end, the project's access to the flavor goes first: a boot after
+            # the listing below would outlive the lease (and hold its inventory).
+            drop_flavor(self.conn, h, keep=True)
         servers = list(servers_of(self.conn, h))
         policy = h.end_policy
         if policy is EndPolicy.SNAPSHOT:

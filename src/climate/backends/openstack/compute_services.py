@@ -4,6 +4,7 @@ notifications), and the power policy's disable and enable."""
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Callable, Mapping
@@ -30,6 +31,26 @@ def find_hypervisor(conn: Any, name: str) -> dict[str, Any] | None:
     for found in response.json()["hypervisors"]:
         if name in (found["hypervisor_hostname"], found["service"]["host"]):
             return dict(found)
+    return None
+
+
+def cpu_info(hypervisor: Mapping[str, Any]) -> str | None:
+    """The hypervisor's ``cpu_info`` as Blazar stores it: Nova's JSON text (an object from
+    microversion 2.28 on, written back as JSON here)."""
+    found = hypervisor.get("cpu_info")
+    if found is None or isinstance(found, str):
+        return found
+    return json.dumps(found)
+
+
+def availability_zone(conn: Any, service_host: str) -> str | None:
+    """The availability zone whose ``nova-compute`` services include ``service_host``'s (as
+    Blazar's ``az_aware`` host details read it), None when Nova lists it in none."""
+    response = conn.compute.get("/os-availability-zone/detail")
+    response.raise_for_status()
+    for zone in response.json()["availabilityZoneInfo"]:
+        if "nova-compute" in ((zone.get("hosts") or {}).get(service_host) or {}):
+            return str(zone["zoneName"])
     return None
 
 

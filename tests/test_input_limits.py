@@ -22,6 +22,7 @@ from climate.config import load_settings
 from climate.db.engine import Database
 from climate.inputs import MAX_INT
 from climate.runtime import build_context
+from climate.services.credits import MAX_AMOUNT
 from tests.conftest import LiveServer, _reset_pg, _sqlite_copy, serve
 
 BOUNDARY = (MAX_INT, MAX_INT + 1, 2**63 - 1, 2**63, 10**30, -1, -(2**63), 0, True, False)
@@ -89,6 +90,8 @@ class Target:
     """What a refusal must name (an alternative after ``|``: the message names either)."""
     request: Callable[[Any, dict[str, str]], dict[str, Any]]
     """``value`` and the ids of what the server holds -> ``json`` or ``params`` for httpx."""
+    maximum: int = MAX_INT
+    """The largest magnitude the field takes (a credit amount goes further than a count)."""
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} {self.field}"
@@ -199,6 +202,7 @@ TARGETS = (
         "/v1/projects/{project_id}/credits",
         "amount",
         _body(lambda v: {"amount": v}),
+        int(MAX_AMOUNT),
     ),
     Target(
         "POST",
@@ -329,15 +333,15 @@ def _send(server: tuple[LiveServer, dict[str, str]], target: Target, value: Any)
         return http.request(target.method, target.path.format(**ids), **target.request(value, ids))
 
 
-def _out_of_range(value: Any) -> bool:
-    return isinstance(value, bool) or not -MAX_INT <= value <= MAX_INT
+def _out_of_range(value: Any, maximum: int) -> bool:
+    return isinstance(value, bool) or not -maximum <= value <= maximum
 
 
 def check(response: httpx.Response, target: Target, value: Any) -> None:
     """Never a 5xx; out of range or a boolean, a 400 whose message starts with the field."""
     where = f"{target} = {value!r}"
     assert response.status_code < 500, (where, response.text)
-    if _out_of_range(value):
+    if _out_of_range(value, target.maximum):
         assert response.status_code == 400, (where, response.text)
         message = response.json()["error_message"]
         assert message.startswith(tuple(f"{f}: " for f in target.field.split("|"))), (
@@ -375,7 +379,7 @@ def test_boundary_integers_on_every_integer_field(
     server: tuple[LiveServer, dict[str, str]],
 ) -> None:
     for target in TARGETS:
-        for value in BOUNDARY:
+        for value in (*BOUNDARY, target.maximum, target.maximum + 1):
             check(_send(server, target, value), target, value)
 
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 import uvicorn
@@ -229,3 +230,10 @@ def live(settings: Settings, database_url: str) -> Iterator[LiveServer]:
 def live_sqlite(settings: Settings, sqlite_url: str) -> Iterator[LiveServer]:
     with serve(settings, sqlite_url) as server:
         yield server
+
+
+@pytest.fixture
+def api(live_sqlite: LiveServer) -> Iterator[httpx.Client]:
+    """An HTTP client of ``live_sqlite``, outside any proxy the environment names."""
+    with httpx.Client(base_url=live_sqlite.url, timeout=10, trust_env=False) as client:
+        yield client

@@ -137,12 +137,6 @@ def event_times(lease: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.fixture
-def api(live_sqlite: LiveServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=live_sqlite.url, timeout=10, trust_env=False) as client:
-        yield client
-
-
-@pytest.fixture
 def blazar(live_sqlite: LiveServer) -> Blazar:
     assert BLAZAR.exists(), f"{BLAZAR} is missing; install python-blazarclient==4.6.0"
     return Blazar(cli_env(live_sqlite.url, OS_AUTH_TYPE="none"))

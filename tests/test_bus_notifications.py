@@ -27,12 +27,12 @@ from sqlalchemy import select
 from climate.config import Settings, load_settings
 from climate.db import outbox
 from climate.db.engine import Database
-from climate.db.tables import OutboxMessage
+from climate.db.tables import Lease, OutboxMessage
 from climate.domain.clock import ManualClock, SystemClock
 from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.notify.delivery import Deliverer
-from climate.runtime import build_context, build_workers
+from climate.runtime import Workers, build_context, build_workers
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
 from tests.conftest import ALICE, T0, free_port
@@ -226,14 +226,15 @@ def _golden() -> list[dict[str, Any]]:
     return loaded
 
 
-def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_keys(
+def _started(
     settings: Settings,
     db: Database,
     clock: ManualClock,
     broker: tuple[str, int],
     queue: Queue,
     receiver: Receiver,
-) -> None:
+) -> tuple[LeaseService, Workers, Lease]:
+    """A lease of one host started at T0, its notifications sent to the bus and ``receiver``."""
     ctx = build_context(
         _bus_settings(settings, _transport_url(*broker), queue.topic, webhooks=(receiver.url,)),
         db,
@@ -243,6 +244,18 @@ def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_key
     leases, workers = LeaseService(ctx), build_workers(ctx)
     lease = leases.create(ALICE, host_request("l1", T0, T0 + 2 * HOUR))
     workers.manager.run_due()
+    return leases, workers, lease
+
+
+def test_bus_notifications_carry_blazar_18s_event_types_envelope_and_payload_keys(
+    settings: Settings,
+    db: Database,
+    clock: ManualClock,
+    broker: tuple[str, int],
+    queue: Queue,
+    receiver: Receiver,
+) -> None:
+    leases, workers, lease = _started(settings, db, clock, broker, queue, receiver)
     leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 3 * HOUR))
     clock.set(T0 + 2 * HOUR)
     workers.manager.run_due()  # the warning runs...
@@ -317,15 +330,7 @@ def test_a_running_lease_deleted_ends_with_its_lease_delete_on_the_bus_as_in_bla
 ) -> None:
     """Blazar's delete_lease takes a running lease's resources back itself and sends only
     lease.delete; Climate's manager ends it afterwards, which webhooks see as lease.end."""
-    ctx = build_context(
-        _bus_settings(settings, _transport_url(*broker), queue.topic, webhooks=(receiver.url,)),
-        db,
-        clock,
-    )
-    add_hosts(HostService(ctx), 1)
-    leases, workers = LeaseService(ctx), build_workers(ctx)
-    lease = leases.create(ALICE, host_request("l1", T0, T0 + 2 * HOUR))
-    workers.manager.run_due()
+    leases, workers, lease = _started(settings, db, clock, broker, queue, receiver)
     clock.set(T0 + HOUR / 2)
     leases.delete(ALICE, lease.id)
     workers.manager.run_due()

@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,6 @@ from tests.test_blazar_cli import (
 OPENSTACK = Path(sys.executable).with_name("openstack")
 NETWORK = "1e17587e-a7ed-4b82-a17b-4beb32523e28"
 SIZED = {"vcpus": "32", "memory_mb": "131072", "local_gb": "1000"}
-
-
-@pytest.fixture
-def api(live_sqlite: LiveServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=live_sqlite.url, timeout=10, trust_env=False) as client:
-        yield client
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from tests.conftest import LiveServer
 from tests.test_blazar_cli import (
     Blazar,
     add_host,
+    add_lease,
     api_lease,
     cli_date,
     cli_env,
@@ -160,22 +161,8 @@ def test_allocations_hosts_properties_and_floating_ips(osc: Blazar, api: httpx.C
     second = add_host(api, "node-2", gpu="a2")
     add_floating_ips(api, "172.24.4.101")
     end = minute(dt.timedelta(days=1))
-    body = {
-        "name": "held",
-        "start_date": cli_date(end - dt.timedelta(hours=2)),
-        "end_date": cli_date(end),
-        "reservations": [
-            {
-                "resource_type": "physical:host",
-                "min": 1,
-                "max": 1,
-                "hypervisor_properties": "",
-                "resource_properties": '["==","$gpu","a2"]',
-            }
-        ],
-        "events": [],
-    }
-    lease = api.post("/v1/leases", json=body).json()["lease"]
+    start = cli_date(end - dt.timedelta(hours=2))
+    lease = add_lease(api, "held", start, end, '["==","$gpu","a2"]')
 
     listed = json.loads(osc.ok("allocation", "list", "host", "-f", "json"))
     assert [(a["resource_id"], len(a["reservations"])) for a in listed] == [

@@ -7,6 +7,7 @@ tests/ui/artifacts/ (each path is printed)."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +153,30 @@ def test_create_a_lease_through_the_form(browser: Browser, live_sqlite: LiveServ
     page.click("a[data-view=new]")
     expect(page.locator("#new-name")).to_have_value("")  # the next booking starts blank
     expect(page.locator("#new-start")).not_to_have_value("")
+    clean(seen)
+
+
+def test_a_submit_the_browser_blocks_replaces_the_last_answer(
+    browser: Browser, live_sqlite: LiveServer
+) -> None:
+    """The browser refuses to send a form with a required field empty, and tells which beside
+    the field; the page's status line must not still show the last request's answer."""
+    with client(live_sqlite) as admin:
+        hosts(admin, "compute-1")
+        created(admin.post("/v1/leases", json=lease("first", minute(HOUR), minute(DAY))), "lease")
+    seen = opened(browser, live_sqlite, "#/new")
+    page = seen.page
+    page.fill("#new-name", "second")
+    page.fill("#new-start", field(minute(2 * HOUR)))
+    page.fill("#new-end", field(minute(3 * HOUR)))
+    page.click("#new-create")
+    expect(page.locator("#status")).to_have_text("refused: see why below, and the offers")
+    page.fill("#new-name", "")
+    page.click("#new-create")
+    status = page.locator("#status")
+    expect(status).to_have_text(re.compile(r"^Name: .+"))  # the browser's own words
+    expect(status).to_have_class("error")
+    assert seen.failed == ["POST /v1/leases 409"]  # the blocked submit sent nothing
     clean(seen)
 
 

@@ -45,6 +45,21 @@ function say(text, kind = "") {
   status.className = kind;
 }
 
+// The browser refuses to send a form with a field left wrong and says why beside it; the status
+// line says it too, instead of still showing the last request's answer.
+for (const form of document.querySelectorAll("form")) {
+  form.addEventListener(
+    "invalid",
+    (event) => {
+      const control = event.target;
+      if (form.querySelector(":invalid") !== control) return; // the first one only
+      const label = control.closest("label")?.firstChild?.textContent.trim() || control.name;
+      say(`${label}: ${control.validationMessage}`, "error");
+    },
+    true, // "invalid" does not bubble
+  );
+}
+
 class ApiError extends Error {
   constructor(status, body) {
     super(body?.error_message || `HTTP ${status}`);

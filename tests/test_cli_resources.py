@@ -594,3 +594,36 @@ def test_offered_reservations_read_back_as_the_same_options(
         return
     assert words[::2] == ["--reservation"] * len(reservations)
     assert [parse_reservation(w) for w in words[1::2]] == reservations
+
+
+def test_a_segment_is_named_with_its_physical_network(live_sqlite: LiveServer) -> None:
+    """Segment 100 of physnet1 and segment 100 of physnet2 are two segments: the calendar's rows
+    and a lease's holdings name each as NETWORK/SEGMENT, never by the segment id alone."""
+    url = ("--url", live_sqlite.url)
+    for physnet in ("physnet1", "physnet2"):
+        run(
+            "network",
+            "create",
+            "100",
+            "--network-type",
+            "vlan",
+            "--physical-network",
+            physnet,
+            *url,
+        )
+    held = lease(
+        url,
+        "vlan",
+        "--start", START,
+        "--end", END,
+        "--reservation",
+        'resource_type=network,amount=1,network_properties=["==","$physical_network","physnet2"]',
+    )  # fmt: skip
+    shown = run("lease", "show", held["id"], *url).stdout
+    assert "physnet2/100" in shown and "physnet1/100" not in shown
+    window = ("--start", START[:10], "--days", "3", "--resource-type", "network", *url)
+    chart = run("calendar", *window, "--width", "120").stdout
+    assert "segment physnet1/100" in chart and "segment physnet2/100" in chart
+    rows = {r["name"]: r for r in run_json("calendar", *window)["resources"]}
+    assert [a["lease_id"] for a in rows["physnet2/100"]["allocations"]] == [held["id"]]
+    assert rows["physnet1/100"]["allocations"] == []

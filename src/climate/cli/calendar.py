@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from climate.cli.http import ApiClient, add_client_options, connect
-from climate.cli.output import cell, console, emit, printable, show_date
+from climate.cli.output import cell, console, emit, pooled_name, printable, show_date
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 SEVERAL = "*"
@@ -42,12 +42,13 @@ class RowKind:
     path: str
     list_key: str
     name_field: str
+    pool_field: str | None = None
 
 
 ROW_KINDS = {
     "physical:host": RowKind("host", "/os-hosts", "hosts", "hypervisor_hostname"),
     "device": RowKind("device", "/devices", "devices", "name"),
-    "network": RowKind("segment", "/networks", "networks", "segment_id"),
+    "network": RowKind("segment", "/networks", "networks", "segment_id", "physical_network"),
     "virtual:floatingip": RowKind("fip", "/floatingips", "floatingips", "floating_ip_address"),
     "virtual:volume": RowKind("pool", "/volume-pools", "volume_pools", "name"),
 }
@@ -119,7 +120,7 @@ def _rows(api: ApiClient, kinds: list[str]) -> dict[tuple[str, str], Row]:
         if status != 200:
             continue
         for found in api.every(spec.path, spec.list_key):
-            name = str(found.get(spec.name_field) or found["id"])
+            name = pooled_name(found, spec.name_field, spec.pool_field) or str(found["id"])
             rows[(kind, str(found["id"]))] = Row(kind, str(found["id"]), name)
     return rows
 

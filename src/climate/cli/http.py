@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from climate.cli.lease_display import counter_offers
-from climate.cli.output import add_format_options, printable, show_dates
+from climate.cli.output import add_format_options, pooled_name, printable, show_dates
 
 if TYPE_CHECKING:
     from climate.keystone import ServiceCredentials
@@ -282,9 +282,8 @@ def find_id(api: ApiClient, kind: Kind, ref: str) -> str:
 def _names(kind: Kind, item: dict[str, Any]) -> tuple[str, ...]:
     """What names ``item``: its name, and ``POOL/NAME`` for a kind with pools."""
     name = str(item.get(kind.name_field))
-    if kind.pool_field is None or item.get(kind.pool_field) is None:
-        return (name,)
-    return name, f"{item[kind.pool_field]}/{name}"
+    pooled = pooled_name(item, kind.name_field, kind.pool_field)
+    return (name,) if pooled in (None, name) else (name, str(pooled))
 
 
 def _summary(kind: Kind, found: dict[str, Any]) -> str:

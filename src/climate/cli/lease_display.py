@@ -6,21 +6,30 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from climate.cli.output import describe_reservation, emit, printable, record, show_date, table
+from climate.cli.output import (
+    describe_reservation,
+    emit,
+    pooled_name,
+    printable,
+    record,
+    show_date,
+    table,
+)
 from climate.cli.reservation_args import reservation_options
 
 if TYPE_CHECKING:
     from climate.cli.http import ApiClient
 
-LABELS = {
-    "physical:host": ("os-hosts", "host", "hypervisor_hostname"),
-    "virtual:instance": ("os-hosts", "host", "hypervisor_hostname"),
-    "device": ("devices", "device", "name"),
-    "network": ("networks", "network", "segment_id"),
-    "virtual:floatingip": ("floatingips", "floatingip", "floating_ip_address"),
-    "virtual:volume": ("volume-pools", "volume_pool", "name"),
+LABELS: dict[str, tuple[str, str, str, str | None]] = {
+    "physical:host": ("os-hosts", "host", "hypervisor_hostname", None),
+    "virtual:instance": ("os-hosts", "host", "hypervisor_hostname", None),
+    "device": ("devices", "device", "name", None),
+    "network": ("networks", "network", "segment_id", "physical_network"),
+    "virtual:floatingip": ("floatingips", "floatingip", "floating_ip_address", None),
+    "virtual:volume": ("volume-pools", "volume_pool", "name", None),
 }
-"""Per resource type: the inventory path, its object's key and the field that names one."""
+"""Per resource type: the inventory path, its object's key, the field that names one and the
+field of the pool its name is unique within (``output.pooled_name``)."""
 
 
 class Labels:
@@ -36,15 +45,15 @@ class Labels:
         known = LABELS.get(resource_type)
         if known is None:
             return resource_id
-        path, key, field = known
+        path, key, field, pool = known
         if (path, resource_id) not in self.found:
             status, answer = 403, None
             if path not in self.refused:
                 status, answer = self.api.lookup(f"/{path}/{resource_id}")
             if status in (0, 401, 403):
                 self.refused.add(path)  # asking for the others would be refused too
-            value = (answer or {}).get(key, {}).get(field)
-            self.found[(path, resource_id)] = resource_id if value is None else str(value)
+            value = pooled_name((answer or {}).get(key, {}), field, pool)
+            self.found[(path, resource_id)] = resource_id if value is None else value
         return self.found[(path, resource_id)]
 
 

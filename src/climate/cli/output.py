@@ -216,6 +216,17 @@ def describe_grant(offered: Mapping[str, Any]) -> str:
     return ""
 
 
+def pooled_name(item: Mapping[str, Any], name_field: str, pool_field: str | None) -> str | None:
+    """What names ``item`` for people: its ``name_field``, as ``POOL/NAME`` where its kind has
+    pools and it is in one (segment 100 of physnet1 and of physnet2 are two segments); None
+    without a name."""
+    name = item.get(name_field)
+    if name is None:
+        return None
+    pool = None if pool_field is None else item.get(pool_field)
+    return str(name) if pool is None else f"{pool}/{name}"
+
+
 def _item_name(item: Mapping[str, Any]) -> str:
     """An item by its name field (a device's name, a floating IP's address...), else its id."""
     names = [str(value) for key, value in item.items() if key != "id" and value]

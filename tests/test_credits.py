@@ -219,6 +219,34 @@ def test_the_end_settles_what_was_used_and_an_early_delete_refunds_the_rest(
     assert notified[-1]["entry"]["encumbered"] == "-3.00"
 
 
+def test_every_credits_audit_row_names_the_acting_project(
+    world: ServiceContext, clock: ManualClock
+) -> None:
+    """As every audit row of a caller's change does; the manager acts for no project."""
+    leases, credits = LeaseService(world), CreditsService(world)
+    credits.grant(ADMIN, "project-a", Decimal("3"))
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    lease = leases.create(ALICE, host_request("a", *window, resource_properties=rack("r1")))
+    with pytest.raises(NotEnoughCredits):
+        leases.create(ALICE, host_request("b", *window, resource_properties=rack("r2")))
+    leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 2 * HOUR))
+    clock.set(T0 + 2 * HOUR)
+    Manager(world, load_backend(world.settings)).run_due()
+    with world.db.reader() as session:
+        audited = session.execute(
+            select(AuditLog.action, AuditLog.actor_user, AuditLog.actor_project)
+            .where(AuditLog.action.like("credits.%"))
+            .order_by(AuditLog.id)
+        ).all()
+    assert [tuple(row) for row in audited] == [
+        ("credits.grant", "admin-user", "admin-project"),
+        ("credits.encumber", "alice", "project-a"),
+        ("credits.deny", "alice", "project-a"),
+        ("credits.adjust", "alice", "project-a"),
+        ("credits.settle", "manager", None),
+    ]
+
+
 def test_a_lapsed_hold_refunds_and_a_confirmed_hold_stays_encumbered(
     world: ServiceContext, clock: ManualClock
 ) -> None:

@@ -212,7 +212,7 @@ def encumber(
                 lambda: _record_refusal(ctx, actor, project, detail)
             )
         raise refused
-    record(ctx, session, written)
+    record(ctx, session, written, actor)
 
 
 def settle(
@@ -237,7 +237,7 @@ def settle(
         # Its balance has a row (it was debited when the lease was encumbered), and neither
         # entry takes anything from it.
         assert written is not None
-        record(ctx, session, written)
+        record(ctx, session, written, actor)
 
 
 def grant(
@@ -257,7 +257,7 @@ def grant(
     )
     written = credit_rows.post(session, entry)
     if written is not None:
-        record(ctx, session, written)
+        record(ctx, session, written, actor)
     return written
 
 
@@ -278,12 +278,15 @@ def entry_body(written: credit_rows.Written) -> dict[str, Any]:
     }
 
 
-def record(ctx: ServiceContext, session: Session, written: credit_rows.Written) -> None:
-    """A ledger entry in the audit log and to the webhooks, in its transaction."""
+def record(
+    ctx: ServiceContext, session: Session, written: credit_rows.Written, actor: Actor | str
+) -> None:
+    """A ledger entry in the audit log (by ``actor``: a caller names its project there, as in
+    every audit row of a caller's change) and to the webhooks, in its transaction."""
     body = entry_body(written)
     at = written.entry.at
     action = f"credits.{written.entry.kind}"
-    _audit(session, at, written.entry.actor, action, written.entry.project_id, body)
+    _audit(session, at, actor, action, written.entry.project_id, body)
     if ctx.settings.webhooks:
         payload = {"event": action, "sent_at": wire.stamp(at), "entry": body}
         outbox.enqueue(session, ctx.settings.webhooks, action, payload, at, written.entry.lease_id)
@@ -297,7 +300,7 @@ def _record_refusal(
     now = ctx.clock.now()
     try:
         with ctx.db.transaction() as session:
-            _audit(session, now, _name(actor), "credits.deny", project_id, detail)
+            _audit(session, now, actor, "credits.deny", project_id, detail)
             if ctx.settings.webhooks:
                 payload = {"event": "credits.deny", "sent_at": wire.stamp(now), **detail}
                 outbox.enqueue(session, ctx.settings.webhooks, "credits.deny", payload, now)
@@ -308,7 +311,7 @@ def _record_refusal(
 def _audit(
     session: Session,
     at: dt.datetime,
-    actor: str,
+    actor: Actor | str,
     action: str,
     project_id: str,
     detail: Mapping[str, Any],

@@ -111,10 +111,10 @@ def test_the_quote_is_what_creation_encumbers_and_updates_adjust(world: ServiceC
     leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 2 * HOUR))  # 1 h in all: 3.00
     assert ledger_sums(world, "project-a") == (Decimal(97), Decimal(97), Decimal(3))
     assert [k for k, _, _ in kinds(world, "project-a")] == ["grant", "encumber", "adjust", "adjust"]
-    # Deleted before it started: nothing used, all refunded.
+    # Deleted before it started: nothing used, all refunded, with one line (no charge of 0.00).
     leases.delete(ALICE, lease.id)
     assert ledger_sums(world, "project-a") == (Decimal(100), Decimal(100), Decimal(0))
-    assert kinds(world, "project-a")[-2:] == [("settle", "0", "9700"), ("refund", "3", "10000")]
+    assert kinds(world, "project-a")[-2:] == [("adjust", "6", "9700"), ("refund", "3", "10000")]
 
 
 def test_a_lease_that_names_no_property_gets_the_cheapest_hosts_and_is_quoted_for_them(

@@ -228,7 +228,11 @@ def settle(
         return
     charged = min(pricing.cents(quote(ctx, session, lease, now)), held)
     project, name = lease.project_id, _name(actor)
-    entries = [credit_rows.Entry(project, lease.id, SETTLE, 0, -charged, name, now)]
+    # A lease that used nothing (deleted or lapsed before it started) gets its refund line
+    # only: a "settle 0.00" would be a charge of nothing on the project's ledger.
+    entries = []
+    if charged:
+        entries.append(credit_rows.Entry(project, lease.id, SETTLE, 0, -charged, name, now))
     rest = held - charged
     if rest:
         entries.append(credit_rows.Entry(project, lease.id, REFUND, rest, -rest, name, now))

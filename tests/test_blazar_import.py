@@ -388,3 +388,38 @@ def test_two_blazar_hosts_of_one_name_are_named_not_a_crash(
         assert done.written["hosts"] == len(blazar_db.hosts) - 1
     finally:
         database.dispose()
+
+
+def test_dates_that_are_not_dates_are_named_not_a_traceback(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """An SQLite file edited by hand: a lease's start and an event's time that are not dates
+    leave their leases out, named; a host's ``created_at`` that is not one is only noted."""
+    source = _copy(blazar_db, tmp_path)
+    pending, active = blazar_db.ids["pending"], blazar_db.ids["active"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute("UPDATE leases SET start_date = 'next tuesday' WHERE id = ?", (pending,))
+        (event_id,) = blazar.execute(
+            "SELECT id FROM events WHERE lease_id = ? AND event_type = 'end_lease'", (active,)
+        ).fetchone()
+        blazar.execute("UPDATE events SET time = 'soon' WHERE id = ?", (event_id,))
+        blazar.execute(
+            "UPDATE computehosts SET created_at = 'yesterday' WHERE hypervisor_hostname = 'node-3'"
+        )
+    dry = _report(_import(source, sqlite_url, "--dry-run", "--json"))
+    odd_event = f"event {event_id} (end_lease) of lease {active} (active-lease)"
+    assert f"{odd_event}: time 'soon' is not a date" in dry["unmappable"]
+    odd_lease = f"lease {pending} (pending-lease)"
+    assert f"{odd_lease}: start_date 'next tuesday' is not a date" in dry["unmappable"]
+    assert (
+        "host 'node-3': created_at 'yesterday' is not a date; taken as the import's time"
+    ) in dry["notes"]
+
+    refused = _import(source, sqlite_url)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "\nerror: the Blazar database has rows Climate cannot map" in refused.stderr
+    assert "start_date 'next tuesday' is not a date" in refused.stderr
+
+    done = _report(_import(source, sqlite_url, "--skip-unmappable", "--json"))
+    assert done["written"]["leases"] == len(blazar_db.leases) - 3  # and the odd lease
+    assert done["written"]["hosts"] == len(blazar_db.hosts)

@@ -423,3 +423,56 @@ def test_dates_that_are_not_dates_are_named_not_a_traceback(
     done = _report(_import(source, sqlite_url, "--skip-unmappable", "--json"))
     assert done["written"]["leases"] == len(blazar_db.leases) - 3  # and the odd lease
     assert done["written"]["hosts"] == len(blazar_db.hosts)
+
+
+def test_a_lease_without_a_project_or_a_user_is_named_and_left_out(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Both columns are nullable in Blazar's schema; a Climate lease belongs to a user of a
+    project: no lease is imported as the project (or user) ``""``."""
+    source = _copy(blazar_db, tmp_path)
+    pending, instances = blazar_db.ids["pending"], blazar_db.ids["instances"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute("UPDATE leases SET project_id = NULL WHERE id = ?", (pending,))
+        blazar.execute("UPDATE leases SET user_id = NULL WHERE id = ?", (instances,))
+    database = Database(sqlite_url)
+    try:
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        assert f"lease {pending} (pending-lease): it has no project_id" in report.unmappable
+        assert f"lease {instances} (instance-lease): it has no user_id" in report.unmappable
+        done = service.run(source, dry_run=False, skip_unmappable=True)
+        assert done.written["leases"] == len(blazar_db.leases) - 3  # and the odd lease
+        with database.reader() as session:
+            from climate.db.tables import Lease
+
+            owners = session.query(Lease.project_id, Lease.user_id).all()
+        assert owners and all(project and user for project, user in owners)
+    finally:
+        database.dispose()
+
+
+def test_a_lease_that_ends_at_its_start_is_named_and_left_out(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Blazar's API refuses such a lease, as Climate's does: one made by hand is not imported
+    without a word."""
+    source = _copy(blazar_db, tmp_path)
+    pending = blazar_db.ids["pending"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute("UPDATE leases SET end_date = start_date WHERE id = ?", (pending,))
+        (start,) = blazar.execute(
+            "SELECT start_date FROM leases WHERE id = ?", (pending,)
+        ).fetchone()
+    at = start.partition(".")[0]
+    database = Database(sqlite_url)
+    try:
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        assert (
+            f"lease {pending} (pending-lease): end_date {at} is not after start_date {at}"
+        ) in report.unmappable
+        done = service.run(source, dry_run=False, skip_unmappable=True)
+        assert done.written["leases"] == len(blazar_db.leases) - 2  # and the odd lease
+    finally:
+        database.dispose()

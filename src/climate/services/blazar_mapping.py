@@ -48,6 +48,8 @@ from climate.services.blazar_terms import (
     raw_params,
 )
 
+STAMP = "%Y-%m-%d %H:%M:%S"
+
 
 class BlazarMapping:
     """Blazar rows to Climate objects, noting in ``report`` what it writes and cannot map."""
@@ -243,7 +245,7 @@ class BlazarMapping:
             window = self._window(row, where)
             if window is None:
                 continue
-            name = (row["project_id"] or "", str(row["name"]))
+            name = (str(row["project_id"]), str(row["name"]))
             if name in names:
                 self.report.unmappable.append(
                     f"{where}: project {name[0]} has a live lease of that name"
@@ -284,14 +286,23 @@ class BlazarMapping:
             written["floating IP allocations"] += len(r.item_allocations)
 
     def _window(self, row: Row, where: str) -> tuple[dt.datetime, dt.datetime] | None:
-        """The lease's start and end; None, reported as unmappable, when one is not a date."""
+        """The lease's start and end, when it has an owner and they make a window Climate
+        would admit (Blazar refuses a lease that ends at or before its start, too); else the
+        reason is reported as unmappable."""
+        missing = [c for c in ("project_id", "user_id") if not str(row[c] or "").strip()]
         odd = [c for c in ("start_date", "end_date") if isinstance(row[c], Unreadable)]
-        if odd:
-            self.report.unmappable.append(f"{where}: {odd[0]} {row[odd[0]].text!r} is not a date")
-            return None
-        start, end = utc(row["start_date"]), utc(row["end_date"])
-        assert start is not None and end is not None  # NOT NULL in Blazar
-        return start, end
+        if missing:  # nullable in Blazar's schema, though its API always sets them
+            why = f"it has no {' and no '.join(missing)}"
+        elif odd:
+            why = f"{odd[0]} {row[odd[0]].text!r} is not a date"
+        else:
+            start, end = utc(row["start_date"]), utc(row["end_date"])
+            assert start is not None and end is not None  # NOT NULL in Blazar
+            if end > start:
+                return start, end
+            why = f"end_date {end:{STAMP}} is not after start_date {start:{STAMP}}"
+        self.report.unmappable.append(f"{where}: {why}")
+        return None
 
     def _lease(
         self, row: Row, window: tuple[dt.datetime, dt.datetime], blazar_events: Sequence[Row]
@@ -312,8 +323,8 @@ class BlazarMapping:
         return Lease(
             id=row["id"],
             name=row["name"],
-            project_id=row["project_id"] or "",
-            user_id=row["user_id"] or "",
+            project_id=row["project_id"],
+            user_id=row["user_id"],
             trust_id=row["trust_id"],
             start_date=start,
             end_date=end,

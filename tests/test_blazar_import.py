@@ -388,3 +388,91 @@ def test_two_blazar_hosts_of_one_name_are_named_not_a_crash(
         assert done.written["hosts"] == len(blazar_db.hosts) - 1
     finally:
         database.dispose()
+
+
+def test_dates_that_are_not_dates_are_named_not_a_traceback(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """An SQLite file edited by hand: a lease's start and an event's time that are not dates
+    leave their leases out, named; a host's ``created_at`` that is not one is only noted."""
+    source = _copy(blazar_db, tmp_path)
+    pending, active = blazar_db.ids["pending"], blazar_db.ids["active"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute("UPDATE leases SET start_date = 'next tuesday' WHERE id = ?", (pending,))
+        (event_id,) = blazar.execute(
+            "SELECT id FROM events WHERE lease_id = ? AND event_type = 'end_lease'", (active,)
+        ).fetchone()
+        blazar.execute("UPDATE events SET time = 'soon' WHERE id = ?", (event_id,))
+        blazar.execute(
+            "UPDATE computehosts SET created_at = 'yesterday' WHERE hypervisor_hostname = 'node-3'"
+        )
+    dry = _report(_import(source, sqlite_url, "--dry-run", "--json"))
+    odd_event = f"event {event_id} (end_lease) of lease {active} (active-lease)"
+    assert f"{odd_event}: time 'soon' is not a date" in dry["unmappable"]
+    odd_lease = f"lease {pending} (pending-lease)"
+    assert f"{odd_lease}: start_date 'next tuesday' is not a date" in dry["unmappable"]
+    assert (
+        "host 'node-3': created_at 'yesterday' is not a date; taken as the import's time"
+    ) in dry["notes"]
+
+    refused = _import(source, sqlite_url)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "\nerror: the Blazar database has rows Climate cannot map" in refused.stderr
+    assert "start_date 'next tuesday' is not a date" in refused.stderr
+
+    done = _report(_import(source, sqlite_url, "--skip-unmappable", "--json"))
+    assert done["written"]["leases"] == len(blazar_db.leases) - 3  # and the odd lease
+    assert done["written"]["hosts"] == len(blazar_db.hosts)
+
+
+def test_a_lease_without_a_project_or_a_user_is_named_and_left_out(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Both columns are nullable in Blazar's schema; a Climate lease belongs to a user of a
+    project: no lease is imported as the project (or user) ``""``."""
+    source = _copy(blazar_db, tmp_path)
+    pending, instances = blazar_db.ids["pending"], blazar_db.ids["instances"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute("UPDATE leases SET project_id = NULL WHERE id = ?", (pending,))
+        blazar.execute("UPDATE leases SET user_id = NULL WHERE id = ?", (instances,))
+    database = Database(sqlite_url)
+    try:
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        assert f"lease {pending} (pending-lease): it has no project_id" in report.unmappable
+        assert f"lease {instances} (instance-lease): it has no user_id" in report.unmappable
+        done = service.run(source, dry_run=False, skip_unmappable=True)
+        assert done.written["leases"] == len(blazar_db.leases) - 3  # and the odd lease
+        with database.reader() as session:
+            from climate.db.tables import Lease
+
+            owners = session.query(Lease.project_id, Lease.user_id).all()
+        assert owners and all(project and user for project, user in owners)
+    finally:
+        database.dispose()
+
+
+def test_a_lease_that_ends_at_its_start_is_named_and_left_out(
+    blazar_db: Made, settings: Settings, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Blazar's API refuses such a lease, as Climate's does: one made by hand is not imported
+    without a word."""
+    source = _copy(blazar_db, tmp_path)
+    pending = blazar_db.ids["pending"]
+    with sqlite3.connect(source.removeprefix("sqlite:///")) as blazar:
+        blazar.execute("UPDATE leases SET end_date = start_date WHERE id = ?", (pending,))
+        (start,) = blazar.execute(
+            "SELECT start_date FROM leases WHERE id = ?", (pending,)
+        ).fetchone()
+    at = start.partition(".")[0]
+    database = Database(sqlite_url)
+    try:
+        service = BlazarImportService(build_context(settings, database))
+        report = service.run(source, dry_run=True)
+        assert (
+            f"lease {pending} (pending-lease): end_date {at} is not after start_date {at}"
+        ) in report.unmappable
+        done = service.run(source, dry_run=False, skip_unmappable=True)
+        assert done.written["leases"] == len(blazar_db.leases) - 2  # and the odd lease
+    finally:
+        database.dispose()

@@ -111,10 +111,10 @@ def test_the_quote_is_what_creation_encumbers_and_updates_adjust(world: ServiceC
     leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 2 * HOUR))  # 1 h in all: 3.00
     assert ledger_sums(world, "project-a") == (Decimal(97), Decimal(97), Decimal(3))
     assert [k for k, _, _ in kinds(world, "project-a")] == ["grant", "encumber", "adjust", "adjust"]
-    # Deleted before it started: nothing used, all refunded.
+    # Deleted before it started: nothing used, all refunded, with one line (no charge of 0.00).
     leases.delete(ALICE, lease.id)
     assert ledger_sums(world, "project-a") == (Decimal(100), Decimal(100), Decimal(0))
-    assert kinds(world, "project-a")[-2:] == [("settle", "0", "9700"), ("refund", "3", "10000")]
+    assert kinds(world, "project-a")[-2:] == [("adjust", "6", "9700"), ("refund", "3", "10000")]
 
 
 def test_a_lease_that_names_no_property_gets_the_cheapest_hosts_and_is_quoted_for_them(
@@ -217,6 +217,34 @@ def test_the_end_settles_what_was_used_and_an_early_delete_refunds_the_rest(
     ]
     assert len(notified) == len(audited)
     assert notified[-1]["entry"]["encumbered"] == "-3.00"
+
+
+def test_every_credits_audit_row_names_the_acting_project(
+    world: ServiceContext, clock: ManualClock
+) -> None:
+    """As every audit row of a caller's change does; the manager acts for no project."""
+    leases, credits = LeaseService(world), CreditsService(world)
+    credits.grant(ADMIN, "project-a", Decimal("3"))
+    window = (T0 + HOUR, T0 + 3 * HOUR)
+    lease = leases.create(ALICE, host_request("a", *window, resource_properties=rack("r1")))
+    with pytest.raises(NotEnoughCredits):
+        leases.create(ALICE, host_request("b", *window, resource_properties=rack("r2")))
+    leases.update(ALICE, lease.id, LeaseChanges(end=T0 + 2 * HOUR))
+    clock.set(T0 + 2 * HOUR)
+    Manager(world, load_backend(world.settings)).run_due()
+    with world.db.reader() as session:
+        audited = session.execute(
+            select(AuditLog.action, AuditLog.actor_user, AuditLog.actor_project)
+            .where(AuditLog.action.like("credits.%"))
+            .order_by(AuditLog.id)
+        ).all()
+    assert [tuple(row) for row in audited] == [
+        ("credits.grant", "admin-user", "admin-project"),
+        ("credits.encumber", "alice", "project-a"),
+        ("credits.deny", "alice", "project-a"),
+        ("credits.adjust", "alice", "project-a"),
+        ("credits.settle", "manager", None),
+    ]
 
 
 def test_a_lapsed_hold_refunds_and_a_confirmed_hold_stays_encumbered(

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import MetaData, create_engine, inspect, select, text
+from sqlalchemy import DateTime, MetaData, String, create_engine, inspect, select, text, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
@@ -36,6 +36,14 @@ OPTIONAL = (
     "floatingip_allocations",
 )
 Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A date column's value that is not a date (text edited by hand into an SQLite file, a
+    MySQL zero date): read as it is, for the mapping to name its row."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -80,13 +88,36 @@ def read(url: str) -> BlazarRows:
             tables: dict[str, list[Row]] = {}
             for name in wanted:
                 table = meta.tables[name]
-                query = select(table).order_by(*table.primary_key.columns)
-                tables[name] = [dict(r._mapping) for r in connection.execute(query)]
+                dates = [c.name for c in table.columns if isinstance(c.type, DateTime)]
+                # Dates are read raw and parsed here: the driver's parser would raise on the
+                # first odd value, naming neither its table nor its row.
+                columns = [
+                    type_coerce(c, String).label(c.name) if c.name in dates else c
+                    for c in table.columns
+                ]
+                query = select(*columns).order_by(*table.primary_key.columns)
+                rows = [dict(r._mapping) for r in connection.execute(query)]
+                for row in rows:
+                    for column in dates:
+                        row[column] = _date(row[column])
+                tables[name] = rows
             return BlazarRows(tables)
     except SQLAlchemyError as exc:
         raise InvalidInput("--database-url", f"cannot read {url!r}: {exc}") from exc
     finally:
         engine.dispose()
+
+
+def _date(value: object) -> dt.datetime | Unreadable | None:
+    """A date column's value as SQLAlchemy would read it, or ``Unreadable``."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return Unreadable(str(value))
 
 
 @dataclass(frozen=True)

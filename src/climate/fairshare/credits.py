@@ -212,7 +212,7 @@ def encumber(
                 lambda: _record_refusal(ctx, actor, project, detail)
             )
         raise refused
-    record(ctx, session, written)
+    record(ctx, session, written, actor)
 
 
 def settle(
@@ -228,7 +228,11 @@ def settle(
         return
     charged = min(pricing.cents(quote(ctx, session, lease, now)), held)
     project, name = lease.project_id, _name(actor)
-    entries = [credit_rows.Entry(project, lease.id, SETTLE, 0, -charged, name, now)]
+    # A lease that used nothing (deleted or lapsed before it started) gets its refund line
+    # only: a "settle 0.00" would be a charge of nothing on the project's ledger.
+    entries = []
+    if charged:
+        entries.append(credit_rows.Entry(project, lease.id, SETTLE, 0, -charged, name, now))
     rest = held - charged
     if rest:
         entries.append(credit_rows.Entry(project, lease.id, REFUND, rest, -rest, name, now))
@@ -237,7 +241,7 @@ def settle(
         # Its balance has a row (it was debited when the lease was encumbered), and neither
         # entry takes anything from it.
         assert written is not None
-        record(ctx, session, written)
+        record(ctx, session, written, actor)
 
 
 def grant(
@@ -257,7 +261,7 @@ def grant(
     )
     written = credit_rows.post(session, entry)
     if written is not None:
-        record(ctx, session, written)
+        record(ctx, session, written, actor)
     return written
 
 
@@ -278,12 +282,15 @@ def entry_body(written: credit_rows.Written) -> dict[str, Any]:
     }
 
 
-def record(ctx: ServiceContext, session: Session, written: credit_rows.Written) -> None:
-    """A ledger entry in the audit log and to the webhooks, in its transaction."""
+def record(
+    ctx: ServiceContext, session: Session, written: credit_rows.Written, actor: Actor | str
+) -> None:
+    """A ledger entry in the audit log (by ``actor``: a caller names its project there, as in
+    every audit row of a caller's change) and to the webhooks, in its transaction."""
     body = entry_body(written)
     at = written.entry.at
     action = f"credits.{written.entry.kind}"
-    _audit(session, at, written.entry.actor, action, written.entry.project_id, body)
+    _audit(session, at, actor, action, written.entry.project_id, body)
     if ctx.settings.webhooks:
         payload = {"event": action, "sent_at": wire.stamp(at), "entry": body}
         outbox.enqueue(session, ctx.settings.webhooks, action, payload, at, written.entry.lease_id)
@@ -297,7 +304,7 @@ def _record_refusal(
     now = ctx.clock.now()
     try:
         with ctx.db.transaction() as session:
-            _audit(session, now, _name(actor), "credits.deny", project_id, detail)
+            _audit(session, now, actor, "credits.deny", project_id, detail)
             if ctx.settings.webhooks:
                 payload = {"event": "credits.deny", "sent_at": wire.stamp(now), **detail}
                 outbox.enqueue(session, ctx.settings.webhooks, "credits.deny", payload, now)
@@ -308,7 +315,7 @@ def _record_refusal(
 def _audit(
     session: Session,
     at: dt.datetime,
-    actor: str,
+    actor: Actor | str,
     action: str,
     project_id: str,
     detail: Mapping[str, Any],

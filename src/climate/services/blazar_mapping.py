@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from climate.context import ServiceContext
-from climate.db.blazar_import import BlazarRows, Present, Row, utc
+from climate.db.blazar_import import BlazarRows, Present, Row, Unreadable, utc
 from climate.db.tables import (
     PROPERTY_VALUE_LENGTH,
     Event,
@@ -47,6 +47,8 @@ from climate.services.blazar_terms import (
     digits,
     raw_params,
 )
+
+STAMP = "%Y-%m-%d %H:%M:%S"
 
 
 class BlazarMapping:
@@ -120,11 +122,12 @@ class BlazarMapping:
                 self.host_ids[blazar_id] = existing.id
                 self.report.already["hosts"] += 1
                 continue
+            created, updated = self._stamps(row, f"host {name!r}")
             host = Host(
                 hypervisor_hostname=name,
                 reservable=bool(row["reservable"]),
-                created_at=utc(row["created_at"]) or self.now,
-                updated_at=utc(row["updated_at"]),
+                created_at=created,
+                updated_at=updated,
             )
             for column in HOST_COLUMNS:
                 setattr(host, column, row.get(column))
@@ -171,14 +174,15 @@ class BlazarMapping:
         for row in self.source.of("resource_properties"):
             if row["resource_type"] != HOSTS or row["property_name"] in self.present.property_names:
                 continue
+            created, updated = self._stamps(row, f"resource property {row['property_name']!r}")
             new.append(
                 ResourceProperty(
                     id=row["id"],
                     resource_type=HOSTS,
                     property_name=row["property_name"],
                     private=bool(row["private"]),
-                    created_at=utc(row["created_at"]) or self.now,
-                    updated_at=utc(row["updated_at"]),
+                    created_at=created,
+                    updated_at=updated,
                 )
             )
         return new
@@ -192,13 +196,14 @@ class BlazarMapping:
                 self.item_ids[row["id"]] = existing.id
                 self.report.already["floating IPs"] += 1
                 continue
+            created, updated = self._stamps(row, f"floating IP {self.item_names[row['id']]}")
             item = Item(
                 kind=FLOATING_KIND,
                 pool=key[0],
                 name=key[1],
                 reservable=bool(row["reservable"]),
-                created_at=utc(row["created_at"]) or self.now,
-                updated_at=utc(row["updated_at"]),
+                created_at=created,
+                updated_at=updated,
                 properties=[ItemProperty(name="subnet_id", value=row["subnet_id"])],
             )
             new.append(item)
@@ -236,14 +241,17 @@ class BlazarMapping:
             if row["id"] in self.present.lease_ids:
                 self.report.already["leases"] += 1
                 continue
-            name = (row["project_id"] or "", str(row["name"]))
+            where = f"lease {row['id']} ({row['name']})"
+            window = self._window(row, where)
+            if window is None:
+                continue
+            name = (str(row["project_id"]), str(row["name"]))
             if name in names:
                 self.report.unmappable.append(
-                    f"lease {row['id']} ({row['name']}): project {name[0]} has a live lease of "
-                    "that name"
+                    f"{where}: project {name[0]} has a live lease of that name"
                 )
                 continue
-            lease = self._lease(row, events.get(row["id"], []))
+            lease = self._lease(row, window, events.get(row["id"], []))
             if lease is None:
                 continue
             made = []
@@ -277,7 +285,28 @@ class BlazarMapping:
             written["instance allocations"] += len(r.instance_allocations)
             written["floating IP allocations"] += len(r.item_allocations)
 
-    def _lease(self, row: Row, blazar_events: Sequence[Row]) -> Lease | None:
+    def _window(self, row: Row, where: str) -> tuple[dt.datetime, dt.datetime] | None:
+        """The lease's start and end, when it has an owner and they make a window Climate
+        would admit (Blazar refuses a lease that ends at or before its start, too); else the
+        reason is reported as unmappable."""
+        missing = [c for c in ("project_id", "user_id") if not str(row[c] or "").strip()]
+        odd = [c for c in ("start_date", "end_date") if isinstance(row[c], Unreadable)]
+        if missing:  # nullable in Blazar's schema, though its API always sets them
+            why = f"it has no {' and no '.join(missing)}"
+        elif odd:
+            why = f"{odd[0]} {row[odd[0]].text!r} is not a date"
+        else:
+            start, end = utc(row["start_date"]), utc(row["end_date"])
+            assert start is not None and end is not None  # NOT NULL in Blazar
+            if end > start:
+                return start, end
+            why = f"end_date {end:{STAMP}} is not after start_date {start:{STAMP}}"
+        self.report.unmappable.append(f"{where}: {why}")
+        return None
+
+    def _lease(
+        self, row: Row, window: tuple[dt.datetime, dt.datetime], blazar_events: Sequence[Row]
+    ) -> Lease | None:
         where = f"lease {row['id']} ({row['name']})"
         events = []
         for e in blazar_events:
@@ -288,14 +317,14 @@ class BlazarMapping:
         status = self._status(row, events, where)
         if status is None:
             return None
-        start, end = utc(row["start_date"]), utc(row["end_date"])
-        assert start is not None and end is not None  # NOT NULL in Blazar
+        start, end = window
         before_end = [e.time for e in events if e.event_type == EventType.BEFORE_END_LEASE]
+        created, updated = self._stamps(row, where)
         return Lease(
             id=row["id"],
             name=row["name"],
-            project_id=row["project_id"] or "",
-            user_id=row["user_id"] or "",
+            project_id=row["project_id"],
+            user_id=row["user_id"],
             trust_id=row["trust_id"],
             start_date=start,
             end_date=end,
@@ -306,8 +335,8 @@ class BlazarMapping:
             lease_type="scheduled",
             priority=0,
             attempts=0,
-            created_at=utc(row["created_at"]) or self.now,
-            updated_at=utc(row["updated_at"]),
+            created_at=created,
+            updated_at=updated,
             events=sorted(events, key=lambda e: e.time),
         )
 
@@ -351,11 +380,14 @@ class BlazarMapping:
                 f"event {row['id']} of {where}: status {status!r} unknown"
             )
             return None
-        when = utc(row["time"])
-        if when is None:  # a nullable column in Blazar
-            self.report.unmappable.append(f"event {row['id']} ({kind}) of {where}: it has no time")
+        odd = row["time"]
+        if odd is None or isinstance(odd, Unreadable):  # a nullable column in Blazar
+            why = "it has no time" if odd is None else f"time {odd.text!r} is not a date"
+            self.report.unmappable.append(f"event {row['id']} ({kind}) of {where}: {why}")
             return None
-        updated = utc(row["updated_at"])
+        when = utc(odd)
+        assert when is not None
+        created, updated = self._stamps(row, f"event {row['id']} ({kind}) of {where}")
         return Event(
             id=row["id"],
             event_type=kind,
@@ -369,7 +401,7 @@ class BlazarMapping:
             claimed_by=None,
             claimed_until=None,
             done_at=(updated or when) if status == EventStatus.DONE else None,
-            created_at=utc(row["created_at"]) or self.now,
+            created_at=created,
             updated_at=updated,
         )
 
@@ -408,6 +440,7 @@ class BlazarMapping:
         if status not in ReservationStatus.__members__.values():
             self.report.unmappable.append(f"{where}: status {status!r} unknown")
             return None
+        created, updated = self._stamps(row, f"{where} of lease {lease.id} ({lease.name})")
         reservation = Reservation(
             id=rid,
             lease_id=lease.id,
@@ -417,8 +450,8 @@ class BlazarMapping:
             missing_resources=bool(row.get("missing_resources")),
             resources_changed=bool(row.get("resources_changed")),
             params=params,
-            created_at=utc(row["created_at"]) or self.now,
-            updated_at=utc(row["updated_at"]),
+            created_at=created,
+            updated_at=updated,
         )
         window = {
             "reservation_id": rid,
@@ -465,3 +498,18 @@ class BlazarMapping:
                 ItemAllocation(item_id=self.item_ids[f], **window) for f in sorted(set(fips))
             ]
         return reservation
+
+    def _stamps(self, row: Row, where: str) -> tuple[dt.datetime, dt.datetime | None]:
+        """A row's ``created_at`` (the import's time when it has none) and ``updated_at``. One
+        that is not a date is noted and read as none: a stamp, not worth leaving a row out."""
+        stamps = []
+        for column in ("created_at", "updated_at"):
+            value = row.get(column)
+            if isinstance(value, Unreadable):
+                taken = "the import's time" if column == "created_at" else "none"
+                self.report.notes.append(
+                    f"{where}: {column} {value.text!r} is not a date; taken as {taken}"
+                )
+                value = None
+            stamps.append(utc(value))
+        return stamps[0] or self.now, stamps[1]

@@ -22,12 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
-from climate.config import load_settings
+from climate.config import Settings, load_settings
 from climate.db.engine import Database
 from climate.domain.clock import SystemClock
 from climate.runtime import build_context
 from climate.services.tokens import TokenService
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, serve
 
 BLAZAR = Path(sys.executable).with_name("blazar")
 API_DATE = "%Y-%m-%d %H:%M"  # what the CLI takes
@@ -522,3 +522,22 @@ def test_instance_reservation(blazar: Blazar, api: httpx.Client) -> None:
     too_big = reservation.replace("vcpus=2", "vcpus=64")
     refused = blazar.fails("lease-create", "--reservation", too_big, "--end-date", end, "big")
     assert "vcpus: no host has 64 vCPUs" in refused
+
+
+def test_names_are_found_past_max_page_size(settings: Settings, sqlite_url: str) -> None:
+    """blazar finds a lease or host by name in the whole list (it never pages): lists without
+    ``limit`` are whole, whatever ``max_page_size`` caps a page at."""
+    with serve(settings.model_copy(update={"max_page_size": 2}), sqlite_url) as server:
+        blazar = Blazar(cli_env(server.url, OS_AUTH_TYPE="none"))
+        with httpx.Client(base_url=server.url, timeout=30) as api:
+            for i in range(3):
+                add_host(api, f"compute-{i}")
+            start = minute(dt.timedelta(days=1))
+            for i in range(3):
+                hour = dt.timedelta(hours=1)
+                add_lease(api, f"lease-{i}", cli_date(start + i * hour), start + (i + 1) * hour)
+        assert [x["name"] for x in blazar.json("lease-list")] == ["lease-0", "lease-1", "lease-2"]
+        assert lease_shown(blazar, "lease-2")["name"] == "lease-2"
+        assert blazar.json("host-show", "compute-2")["hypervisor_hostname"] == "compute-2"
+        blazar.ok("lease-delete", "lease-2")
+        assert len(blazar.json("host-list")) == 3

@@ -1,5 +1,6 @@
 """Lists come in pages as in OpenStack: ``limit`` (capped by ``max_page_size``), ``marker`` (the
-id of the last item seen), ``sort_key`` and ``sort_dir``, in a stable order."""
+id of the last item seen), ``sort_key`` and ``sort_dir``, in a stable order. Without ``limit``
+a list Blazar has comes whole, as Blazar answers it (its client finds names in it)."""
 
 from __future__ import annotations
 
@@ -50,11 +51,22 @@ def test_leases_page_by_page_in_creation_order(small_pages: LiveServer) -> None:
         assert seen == made
 
 
-def test_without_limit_or_over_the_cap_a_page_is_max_page_size(small_pages: LiveServer) -> None:
+def test_over_the_cap_a_page_is_max_page_size_and_without_limit_the_list_is_whole(
+    small_pages: LiveServer,
+) -> None:
     with client(small_pages, CAROL_ADMIN) as admin, client(small_pages, ALICE) as alice:
         make_leases(admin, alice, MAX_PAGE + 2)
-        assert names(alice.get("/v1/leases")) == [f"l{i}" for i in range(MAX_PAGE)]
         assert len(names(alice.get("/v1/leases", params={"limit": 10**6}))) == MAX_PAGE
+        every = [f"l{i}" for i in range(MAX_PAGE + 2)]
+        assert names(alice.get("/v1/leases")) == every
+        assert names(alice.get("/v1/leases")) == every  # the kept page, brought up to date
+        more = [
+            created(admin.post("/v1/os-hosts", json={"name": f"c{i}"}), "host") for i in range(5)
+        ]
+        hosts = names(admin.get("/v1/os-hosts"), "hosts", "hypervisor_hostname")
+        assert hosts == ["compute-0"] + [h["hypervisor_hostname"] for h in more]
+        allocated = admin.get("/v1/os-hosts/allocations").json()["allocations"]
+        assert len(allocated) == len(more) + 1  # a row per host, every host
 
 
 def test_leases_sorted_by_another_key_and_direction(small_pages: LiveServer) -> None:

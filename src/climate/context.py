@@ -142,6 +142,12 @@ class Page:
         """The page size: ``limit`` clamped to ``cap`` (the ``max_page_size`` setting)."""
         return cap if self.limit is None else min(self.limit, cap)
 
+    def blazar_size(self, cap: int) -> int | None:
+        """The page size of a list Blazar has (leases, hosts, the other inventories): without
+        ``limit`` every item (None), as Blazar lists them all and its client finds a name in
+        that list (``blazar lease-show NAME``); else ``limit`` clamped to ``cap``."""
+        return None if self.limit is None else min(self.limit, cap)
+
     def key(self, allowed: tuple[str, ...]) -> str:
         """The sort key, the first of ``allowed`` by default.
 
@@ -155,4 +161,5 @@ class Page:
 
 
 FIRST_PAGE = Page()
-"""The first ``max_page_size`` items in the default order."""
+"""The first page in the default order: a list Blazar has whole, another the first
+``max_page_size`` items."""

@@ -1,9 +1,9 @@
 """The pages of leases a listing process showed last, kept and brought up to date from the
 leases changed since, instead of read again.
 
-A page (``lease_views.revisions``) is up to ``max_page_size`` leases, each with its status and
-revision: reading it cost a row per lease, a thousand for a full page, and more of the listing's
-time than anything else once the leases stored filled a page. Where the database counts
+A page (``lease_views.revisions``) is up to ``limit`` leases (all without it), each with its
+status and revision: reading it cost a row per lease, a thousand for a page of a thousand, and
+more of the listing's time than anything else as the leases stored grew. Where the database counts
 revisions (SQLite's triggers), every change to a lease also takes the next number of one
 sequence (migration 0026); a kept page remembers the number it was read at, and the next
 listing reads only the leases changed after it (``lease_views.changed_since``). Those update

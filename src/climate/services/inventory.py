@@ -114,7 +114,7 @@ def page_of(
             raise InvalidInput("marker", f"no {what} {page.marker}")
     return rows(
         session,
-        limit=page.size(cap),
+        limit=page.blazar_size(cap),
         marker=marker,
         sort_key=page.key(sort_keys),
         descending=page.sort_dir == "desc",

@@ -91,7 +91,7 @@ class LeaseBase:
             project_id,
             status,
             name,
-            page.size(self.ctx.settings.max_page_size),
+            page.blazar_size(self.ctx.settings.max_page_size),
             marker,
             sort_key,
             page.sort_dir == "desc",

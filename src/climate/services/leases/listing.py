@@ -1,8 +1,8 @@
 """A page of leases for a caller that keeps what it showed: each lease comes with the revision
 of its rows, and is loaded only if the caller does not keep it at that revision.
 
-A listing answers every live lease of a page (up to ``max_page_size``), so loading each one made
-its cost grow with the leases stored. Where the database counts each lease's revisions
+A listing answers every live lease of a page (all of them without ``limit``), so loading each
+one made its cost grow with the leases stored. Where the database counts each lease's revisions
 (``lease_revisions``, kept by SQLite's triggers in the transaction of every change), a page is
 read as (id, status, revision) first, from the page kept and brought up to date
 (``db/lease_pages.py``); a lease the caller keeps at that revision (and queue place) is not

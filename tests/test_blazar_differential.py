@@ -553,6 +553,30 @@ def test_climate_answers_as_blazar(blazar: str, climate: str, case: Case) -> Non
                 assert step.message in our_body["error_message"], where
 
 
+def test_unknown_reservation_keys_are_ignored_as_blazar_ignores_them(
+    blazar: str, climate: str
+) -> None:
+    """Blazar's plugins read only their own fields: a key they do not take (the blazar CLI and
+    scripts may send one) neither fails a create or an update nor is stored."""
+    extra = {"foo": "bar", "amount": 3}
+
+    def shown(base: str) -> tuple[list[int], set[str]]:
+        with httpx.Client(base_url=base, timeout=60) as http:
+            made = http.post(
+                "/leases", json=_lease("extra", reservations=[{**_host_reservation(), **extra}])
+            )
+            lease = made.json()["lease"]
+            path = f"/leases/{lease['id']}"
+            changes = {"reservations": [{"id": lease["reservations"][0]["id"], **extra}]}
+            changed = http.put(path, json=changes)
+            found = http.get(path).json()["lease"]["reservations"][0]
+            http.delete(path)
+            return [made.status_code, changed.status_code], set(found) & set(extra)
+
+    assert shown(blazar) == ([201, 200], set())
+    assert shown(climate) == ([201, 200], set())
+
+
 ALLOCATION_QUERIES = [
     ("", True),
     ("?lease_id=", True),

@@ -179,6 +179,29 @@ def test_check_update_gets_the_lease_before_and_after(
     assert leases.get(ALICE, lease.id).end_date == T0 + 3 * H
 
 
+def test_check_update_is_asked_for_every_update_but_a_rename_alone(
+    settings: Settings, db: Database, clock: ManualClock, two_hosts: list[int]
+) -> None:
+    """As Blazar's update_lease: a new name alone is written without enforcement; any other
+    update asks check-update, even one that moves neither the window nor the resources."""
+    with receiver() as service:
+        ctx = context(settings, db, clock, service.url)
+        leases = LeaseService(ctx)
+        lease = leases.create(ALICE, host_request("l", T0 + H, T0 + 3 * H))
+        leases.update(ALICE, lease.id, LeaseChanges(name="renamed"))
+        leases.update(ALICE, lease.id, LeaseChanges(before_end=T0 + 2 * H))
+        leases.update(ALICE, lease.id, LeaseChanges(name="again", end=T0 + 3 * H))
+        service.status, service.body = 403, b'{"message": "frozen"}'
+        with pytest.raises(UsageRuleBroken, match="frozen"):
+            leases.update(ALICE, lease.id, LeaseChanges(before_end=T0 + 2.5 * H))
+    paths = [path.rsplit("/", 1)[1] for path, _, _ in service.requests]
+    assert paths == ["check-create", "check-update", "check-update", "check-update"]
+    _, _, body = service.requests[2]
+    assert body["current_lease"]["name"] == "renamed" and body["lease"]["name"] == "again"
+    kept = leases.get(ALICE, lease.id)
+    assert (kept.name, kept.before_end_date) == ("again", T0 + 2 * H)
+
+
 @pytest.mark.parametrize("fail_open", [False, True])
 def test_a_service_that_never_answers(
     settings: Settings,

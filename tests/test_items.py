@@ -134,7 +134,6 @@ def test_not_enough_floating_ips_says_how_many_match_and_are_free(
             "reservations[0].required_floatingips",
             "The amount must be equal to or longer than length of required_floatingips",
         ),
-        ({"network_id": NET, "amount": 1, "colour": "red"}, "reservations[0].colour", "unknown"),
     ],
 )
 def test_bad_floating_ip_requests_name_the_field(
@@ -144,6 +143,15 @@ def test_bad_floating_ip_requests_name_the_field(
     with pytest.raises(InvalidInput, match=problem) as refused:
         leases.create(ALICE, lease_of("bad", ("virtual:floatingip", fields)))
     assert refused.value.message.startswith(f"{field}:")
+
+
+def test_a_key_floating_ips_do_not_take_is_ignored_and_not_stored(
+    fips: ItemService, leases: LeaseService
+) -> None:
+    add_fips(fips, 2)
+    fields = {"network_id": NET, "amount": 1, "colour": "red"}
+    lease = leases.create(ALICE, lease_of("l", ("virtual:floatingip", fields)))
+    assert "colour" not in lease.reservations[0].params
 
 
 def test_unknown_network_and_addresses_outside_the_pool_are_bad_input(

@@ -551,3 +551,44 @@ def test_nested_files_over_http_and_the_cli(live_sqlite: LiveServer, tmp_path: P
         refused = http.post("/leases/from-template", json={**body, "files": ["a"]})
         assert refused.status_code == 400 and refused.json()["error_message"].startswith("files")
     assert [lease["name"] for lease in run_json("lease", "list", *url)] == ["nested"]
+
+
+def test_groups_that_multiply_past_the_largest_amount_name_the_counts_written() -> None:
+    inner = "{type: OS::Heat::ResourceGroup, properties: {count: 50000, resource_def: %s}}"
+    server = "{type: OS::Nova::Server, properties: {flavor: m1.tiny}}"
+    outer = "{type: OS::Heat::ResourceGroup, properties: {count: 50000, resource_def: %s}}"
+    with pytest.raises(InvalidInput) as refused:
+        translate(hot(f"g: {outer % (inner % server)}\n"))
+    counts = "template.resources.g.properties.count"
+    nested_count = "template.resources.g.properties.resource_def.properties.count"
+    assert refused.value.field == nested_count
+    assert counts in refused.value.message and "2500000000 servers" in refused.value.message
+    assert "2147483647" in refused.value.message
+
+    # Two groups each within the limit, the same flavor: the one that tips the total over.
+    half = "{type: OS::Heat::ResourceGroup, properties: {count: 1500000000, resource_def: %s}}"
+    with pytest.raises(InvalidInput) as refused:
+        translate(hot(f"a: {half % server}\nb: {half % server}\n"))
+    assert refused.value.field == "template.resources.b.properties.count"
+    assert "1500000000 servers" in refused.value.message and "3000000000" in refused.value.message
+
+    # Through a nested stack: the group count in the parent is named.
+    volume = "{type: OS::Cinder::Volume, properties: {size: 1}}"
+    volumes = hot(f"v: {inner % volume}\n")
+    with pytest.raises(InvalidInput) as refused:
+        nested(hot(f"s: {outer % '{type: vol.yaml}'}\n"), {"vol.yaml": volumes})
+    assert refused.value.field == "files.vol.yaml.resources.v.properties.count"
+    assert "template.resources.s.properties.count x" in refused.value.message
+    assert "2500000000 volumes" in refused.value.message
+
+
+def test_a_template_past_the_largest_amount_is_a_400_naming_its_count(live: LiveServer) -> None:
+    group = "{type: OS::Heat::ResourceGroup, properties: {count: 60000, resource_def: %s}}"
+    server = "{type: OS::Nova::Server, properties: {flavor: m1.tiny}}"
+    body = {"name": "huge", **WINDOW, "template": hot(f"g: {group % (group % server)}\n")}
+    with httpx.Client(base_url=f"{live.url}/v1", timeout=30) as http:
+        refused = http.post("/leases/from-template", json=body)
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error_message"]
+    assert message.startswith("template.resources.g.properties.resource_def.properties.count")
+    assert "reservations[0]" not in message

@@ -62,10 +62,10 @@ class WidgetType(ItemType):
         shown={"amount": POSITIVE, "shelf": STRING},
         required=("amount", "shelf"),
     )
-    FIELDS = frozenset({"amount", "shelf", "before_end"}) | POLICY_FIELDS
+    fields = frozenset({"amount", "shelf", "before_end"}) | POLICY_FIELDS
 
     def validate(self, raw, current, field):
-        merged = merged_fields(raw, current, self.FIELDS, field)
+        merged = merged_fields(self, raw, current)
         return {
             "amount": int_field(merged, "amount", field, minimum=1),
             "shelf": text_field(f"{field}.shelf", merged.get("shelf")),

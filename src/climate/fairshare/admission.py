@@ -136,6 +136,25 @@ def admit(
         _ask(ctx, session, actor, lease, step, url, before)
 
 
+def ask_update(
+    ctx: ServiceContext,
+    session: Session,
+    actor: Actor | str,
+    lease: Lease,
+    before: Mapping[str, object],
+) -> None:
+    """The external service's check-update for an update that books nothing again (its
+    window and resources stay: a new before-end date, reminders, a name with them). Blazar's
+    update_lease asks it for every update but a new name alone; the usage rules judge only
+    what an update books (``admit``), and this one books nothing.
+
+    :raises UsageRuleBroken: the external service's refusal.
+    """
+    url = external.endpoint(ctx.settings, "check-update")
+    if url and not _TRIAL.get():
+        _ask(ctx, session, actor, lease, UPDATE, url, before)
+
+
 def judge(
     ctx: ServiceContext,
     session: Session,

@@ -43,6 +43,10 @@ class ResourceType(abc.ABC):
     """The backend makes things in the lessee's project for it (an instance reservation's
     server group): a lease of this type carries a Keystone trust (``ServiceContext.delegate``)."""
     wire: ClassVar[WireFields | None] = None
+    fields: ClassVar[frozenset[str]]
+    """The reservation fields this type takes (``resource_type`` and ``id`` aside). Others are
+    ignored, not stored: Blazar's plugins read only theirs, and the blazar CLI and scripts may
+    send more."""
     """Its reservation fields on the wire, for the API's document (None: not described)."""
     books_per_resource: ClassVar[bool] = False
     """A new reservation can be admitted beside other admissions in the shared mode
@@ -53,6 +57,10 @@ class ResourceType(abc.ABC):
         """Take the operator's settings (called once, when the service context is built);
         most types need none."""
         return None
+
+    def known(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """``raw`` without the fields this type does not take."""
+        return {key: value for key, value in raw.items() if key in self.fields}
 
     def check_running_change(self, raw: Mapping[str, Any], field: str) -> None:
         """Refuse a change of fields ``raw`` that this type's running reservations do not take
@@ -138,14 +146,6 @@ def int_field(
     return number
 
 
-def reject_unknown(raw: Mapping[str, Any], allowed: frozenset[str], field: str) -> None:
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise InvalidInput(
-            f"{field}.{unknown[0]}", f"unknown field; allowed: {', '.join(sorted(allowed))}"
-        )
-
-
 def text_field(field_name: str, value: object) -> str:
     """A name: a non-empty one-line string (or a number), at most 255 characters."""
     if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
@@ -178,11 +178,12 @@ def query_field(merged: Mapping[str, Any], key: str, field_name: str) -> str:
 
 
 def merged_fields(
-    raw: Mapping[str, Any], current: Mapping[str, Any] | None, allowed: frozenset[str], where: str
+    resource_type: ResourceType, raw: Mapping[str, Any], current: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    reject_unknown(raw, allowed, where)
+    """The stored fields with those given merged on, those the type does not take left out
+    (``ResourceType.fields``)."""
     merged: dict[str, Any] = dict(current or {})
-    merged.update(raw)
+    merged.update(resource_type.known(raw))
     return merged
 
 

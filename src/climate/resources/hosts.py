@@ -43,8 +43,8 @@ from climate.resources.base import (
     ResourceType,
     before_end_field,
     int_field,
+    merged_fields,
     policy_fields,
-    reject_unknown,
 )
 from climate.resources.capabilities import WholeHosts
 from climate.resources.wire_fields import COUNT, POSITIVE, QUERY, STRING, WireFields
@@ -172,6 +172,7 @@ HOLD_ATTEMPTS = 3
 class PhysicalHostType(ResourceType, WholeHosts):
     name = RESOURCE_TYPE
     books_per_resource = True
+    fields = FIELDS
     # Blazar's ("" and "default" do nothing unless configured; "snapshot" images the servers),
     # and Climate's "notification" (the notification alone).
     before_end_actions = frozenset({"", "default", "snapshot", "notification"})
@@ -215,9 +216,7 @@ class PhysicalHostType(ResourceType, WholeHosts):
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
-        reject_unknown(raw, FIELDS, field)
-        merged: dict[str, Any] = dict(current or {})
-        merged.update(raw)
+        merged = merged_fields(self, raw, current)
         if "count_range" in merged:
             low, _, high = str(merged.pop("count_range")).partition("-")
             merged.setdefault("min", low)

@@ -109,6 +109,7 @@ def enforcement(reservation: ReservationView) -> dict[str, Any]:
 
 class InstanceType(ResourceType, SharedHosts):
     name = "virtual:instance"
+    fields = FIELDS
     end_policies = frozenset(EndPolicy)
     acts_for_lessee = True
     wire = WireFields(
@@ -173,7 +174,7 @@ class InstanceType(ResourceType, SharedHosts):
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
-        merged = merged_fields(raw, current, FIELDS, field)
+        merged = merged_fields(self, raw, current)
         return {
             "amount": int_field(merged, "amount", field, minimum=1),
             "vcpus": int_field(merged, "vcpus", field, minimum=1),
@@ -191,7 +192,7 @@ class InstanceType(ResourceType, SharedHosts):
         """As Blazar: a running instance reservation takes a new amount, nothing else (its
         instances already run with their flavor, group and hosts); Climate's start and end
         policies may change too (docs/policies.md)."""
-        other = sorted(set(raw) - {"amount", "resource_type"} - POLICY_FIELDS)
+        other = sorted(set(self.known(raw)) - {"amount"} - POLICY_FIELDS)
         if other:
             raise Conflict(
                 f"{field}.{other[0]}: An active reservation only accepts to update amount."

@@ -282,12 +282,12 @@ class DeviceType(ItemType):
         shown={"min": POSITIVE, "max": POSITIVE, "resource_properties": STRING},
         required=("min", "max"),
     )
-    FIELDS = frozenset({"min", "max", "resource_properties", "before_end"}) | POLICY_FIELDS
+    fields = frozenset({"min", "max", "resource_properties", "before_end"}) | POLICY_FIELDS
 
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
-        merged = merged_fields(raw, current, self.FIELDS, field)
+        merged = merged_fields(self, raw, current)
         minimum = int_field(merged, "min", field, minimum=1, too_small=COUNT_TOO_SMALL)
         maximum = int_field(merged, "max", field, minimum=1, too_small=COUNT_TOO_SMALL)
         if maximum < minimum:
@@ -316,7 +316,7 @@ class NetworkType(ItemType):
         asked={"amount": COUNT, "network_properties": QUERY, "resource_properties": QUERY},
         shown={"amount": POSITIVE, "network_properties": STRING, "resource_properties": STRING},
     )
-    FIELDS = (
+    fields = (
         frozenset({"amount", "network_properties", "resource_properties", "before_end"})
         | POLICY_FIELDS
     )
@@ -324,7 +324,7 @@ class NetworkType(ItemType):
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
-        merged = merged_fields(raw, current, self.FIELDS, field)
+        merged = merged_fields(self, raw, current)
         merged.setdefault("amount", 1)
         return {
             "amount": int_field(merged, "amount", field, minimum=1),
@@ -367,7 +367,7 @@ class FloatingIPType(ItemType):
         },
         required=("network_id",),
     )
-    FIELDS = (
+    fields = (
         frozenset({"network_id", "amount", "required_floatingips", "before_end"}) | POLICY_FIELDS
     )
 
@@ -376,7 +376,7 @@ class FloatingIPType(ItemType):
     ) -> dict[str, Any]:
         if current is not None:
             _check_kept(raw, current, field)
-        merged = merged_fields(raw, current, self.FIELDS, field)
+        merged = merged_fields(self, raw, current)
         merged.setdefault("amount", 1)
         if merged.get("network_id") is None:
             raise InvalidInput(

@@ -83,6 +83,7 @@ def _storage_pools(
 
 class VolumeType(ResourceType, PooledCapacity):
     name = "virtual:volume"
+    fields = FIELDS
     wire = WireFields(
         model="Volume",
         asked={
@@ -106,7 +107,7 @@ class VolumeType(ResourceType, PooledCapacity):
     def validate(
         self, raw: Mapping[str, Any], current: Mapping[str, Any] | None, field: str
     ) -> dict[str, Any]:
-        merged = merged_fields(raw, current, FIELDS, field)
+        merged = merged_fields(self, raw, current)
         merged.setdefault("amount", 1)
         pool = merged.get("pool")
         return {

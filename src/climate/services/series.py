@@ -8,6 +8,7 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dateutil.rrule import rrulestr
 from sqlalchemy.orm import Session
@@ -21,7 +22,7 @@ from climate.db.tables import NAME_LENGTH, Lease, LeaseSeries, new_id
 from climate.domain.actor import Actor
 from climate.domain.admission import AdmissionRefused, Refused, SeriesRefused, Skipped
 from climate.domain.formats import lease_date
-from climate.domain.requests import Conflicts, LeaseRequest, SeriesRequest
+from climate.domain.requests import Conflicts, LeaseRequest, ReservationRequest, SeriesRequest
 from climate.errors import Conflict, InvalidInput, NotEnoughCapacity, NotFound
 from climate.services import demand_record as demand
 from climate.services.leases import Checked, LeaseService, offers
@@ -169,9 +170,7 @@ class SeriesService:
             first_start=request.start,
             duration_seconds=int(request.duration.total_seconds()),
             body={
-                "reservations": [
-                    {"resource_type": r.resource_type, **r.fields} for r in request.reservations
-                ],
+                "reservations": [self._asked(r) for r in request.reservations],
                 "before_end_offset": _seconds(request.before_end_offset),
                 "reminders": None
                 if request.reminders is None
@@ -182,6 +181,13 @@ class SeriesService:
             updated_at=None,
             deleted_at=None,
         )
+
+    def _asked(self, reservation: ReservationRequest) -> dict[str, Any]:
+        """A reservation as the series keeps it for its leases: the fields its type takes
+        (an unknown type is refused with the occurrences' checks)."""
+        kind = self.ctx.resource_types.get(str(reservation.resource_type))
+        fields = reservation.fields if kind is None else kind.known(reservation.fields)
+        return {"resource_type": reservation.resource_type, **fields}
 
     def get(self, actor: Actor, series_id: str) -> SeriesView:
         """The series with every lease made for it.

@@ -53,6 +53,18 @@ class _Scope:
 
 
 @dataclass(frozen=True)
+class _Times:
+    """How many times a resource counts: the product of the ``count`` of each resource group
+    around it (nested stacks included), and the fields of those counts, outermost first."""
+
+    n: int = 1
+    counts: tuple[str, ...] = ()
+
+    def by(self, count: int, field: str) -> _Times:
+        return _Times(self.n * count, (*self.counts, field))
+
+
+@dataclass(frozen=True)
 class _Nested:
     """A nested stack as its parent names it."""
 
@@ -79,7 +91,7 @@ class _Translation:
         self.warnings: list[str] = []
         self.read = 0
 
-    def template(self, scope: _Scope, raw: object, times: int) -> None:
+    def template(self, scope: _Scope, raw: object, times: _Times) -> None:
         """Every resource of a parsed template, each ``times`` over."""
         if not isinstance(raw, dict):
             raise InvalidInput(scope.where, "must be a YAML mapping (a HOT template)")
@@ -129,7 +141,7 @@ class _Translation:
         return inputs.integer(f"{field}.{key}", found, minimum=minimum)
 
     def add(
-        self, scope: _Scope, name: str, resource: object, field: str, times: int, groups: int = 0
+        self, scope: _Scope, name: str, resource: object, field: str, times: _Times, groups: int = 0
     ) -> None:
         """One resource, ``times`` over, inside ``groups`` resource groups."""
         if not isinstance(resource, dict) or not isinstance(resource.get("type"), str):
@@ -144,14 +156,16 @@ class _Translation:
             if flavor not in self.flavors:
                 known = ", ".join(sorted(self.flavors))
                 raise InvalidInput(f"{where}.flavor", f"unknown flavor {flavor!r} (known: {known})")
-            self.servers[flavor] = self.servers.get(flavor, 0) + times
+            self.tally(self.servers, flavor, times, field, f"servers of flavor {flavor}")
             self.boot_volumes(scope, properties, where, times)
         elif kind == VOLUME:
-            self.add_volume(self.count(scope, properties, "size", where, minimum=1), times)
+            size = self.count(scope, properties, "size", where, minimum=1)
+            self.add_volume(size, times, field)
         elif kind == FLOATING_IP:
             key = "floating_network" if "floating_network" in properties else "floating_network_id"
             network = self.text(scope, properties, key, where)
-            self.floating_ips[network] = self.floating_ips.get(network, 0) + times
+            what = f"floating IPs on network {network}"
+            self.tally(self.floating_ips, network, times, field, what)
         elif kind == GROUP:
             count = self.count(scope, properties, "count", where, minimum=0)
             definition = properties.get("resource_def")
@@ -159,7 +173,8 @@ class _Translation:
                 raise InvalidInput(
                     f"{where}.resource_def", f"resource groups nested deeper than {MAX_DEPTH}"
                 )
-            self.add(scope, name, definition, f"{where}.resource_def", times * count, groups + 1)
+            inside = times.by(count, f"{where}.count")
+            self.add(scope, name, definition, f"{where}.resource_def", inside, groups + 1)
         elif kind == STACK:
             self.stack(scope, name, properties, where, times)
         elif kind.endswith(NESTED_SUFFIXES) or "/" in kind or kind in self.files:
@@ -167,11 +182,28 @@ class _Translation:
         else:
             self.warnings.append(f"{scope.prefix}{name}: resource type {kind} is not reserved")
 
-    def add_volume(self, size: int, times: int) -> None:
-        self.volumes[size] = self.volumes.get(size, 0) + times
+    def add_volume(self, size: int, times: _Times, field: str) -> None:
+        self.tally(self.volumes, size, times, field, f"volumes of {size} GB")
+
+    def tally(
+        self, totals: dict[Any, int], key: object, times: _Times, field: str, what: str
+    ) -> None:
+        """Add ``times`` to ``totals[key]``; a total past the largest amount a reservation
+        takes is refused, naming the count the user wrote that took it there (the innermost
+        resource group's, else the resource)."""
+        total = totals.get(key, 0) + times.n
+        if total > inputs.MAX_INT:
+            where = times.counts[-1] if times.counts else field
+            made = f"makes {times.n} {what}"
+            if len(times.counts) > 1:
+                made = f"{' x '.join(times.counts)} make {times.n} {what}"
+            if totals.get(key):
+                made += f", {total} with those before it"
+            raise InvalidInput(where, f"{made}; one reservation takes at most {inputs.MAX_INT}")
+        totals[key] = total
 
     def boot_volumes(
-        self, scope: _Scope, properties: Mapping[str, Any], where: str, times: int
+        self, scope: _Scope, properties: Mapping[str, Any], where: str, times: _Times
     ) -> None:
         """The volumes a server's block device mappings create: an entry with a
         ``volume_size`` and no ``volume_id`` (which would name an existing volume)."""
@@ -185,10 +217,16 @@ class _Translation:
                     raise InvalidInput(field, "must be a mapping")
                 if entry.get("volume_size") is None or entry.get("volume_id") is not None:
                     continue
-                self.add_volume(self.count(scope, entry, "volume_size", field, minimum=1), times)
+                size = self.count(scope, entry, "volume_size", field, minimum=1)
+                self.add_volume(size, times, field)
 
     def stack(
-        self, scope: _Scope, name: str, properties: Mapping[str, Any], where: str, times: int
+        self,
+        scope: _Scope,
+        name: str,
+        properties: Mapping[str, Any],
+        where: str,
+        times: _Times,
     ) -> None:
         """``OS::Heat::Stack``: its ``template`` inline or ``{get_file: name}``, its
         ``parameters`` the nested template's."""
@@ -205,7 +243,13 @@ class _Translation:
             raise InvalidInput(f"{where}.template", "required: the nested template's YAML text")
 
     def nested_file(
-        self, scope: _Scope, name: str, file: str, given: object, given_field: str, times: int
+        self,
+        scope: _Scope,
+        name: str,
+        file: str,
+        given: object,
+        given_field: str,
+        times: _Times,
     ) -> None:
         """A nested template from the request's ``files``; one not given is warned about."""
         if file not in self.files:
@@ -219,7 +263,7 @@ class _Translation:
         nested = _Nested(name, f"files.{file}", file, given, given_field)
         self.enter(scope, nested, self.files[file], times)
 
-    def enter(self, scope: _Scope, nested: _Nested, text: str, times: int) -> None:
+    def enter(self, scope: _Scope, nested: _Nested, text: str, times: _Times) -> None:
         """Read a nested template with the values its parent passes as its parameters."""
         chain = (*scope.chain, nested.link)
         if len(chain) > MAX_DEPTH:
@@ -299,5 +343,5 @@ def reservations_from_template(
     template = _parse("template", text)
     scope = _Scope("template", parameters, _declared("template", template), "parameters")
     translation = _Translation(flavors, files or {})
-    translation.template(scope, template, 1)
+    translation.template(scope, template, _Times())
     return translation.reservations(), translation.warnings

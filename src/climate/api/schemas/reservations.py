@@ -121,7 +121,8 @@ def models_of(resource_type: ResourceType, wire: WireFields) -> ReservationModel
     asked = _asked(resource_type, wire)
     create = create_model(
         f"{wire.model}ReservationCreate",
-        __config__=ConfigDict(extra="forbid", json_schema_extra=_about(wire.description)),
+        # Other keys are ignored, not refused (``ResourceType.fields``): Blazar ignores them.
+        __config__=ConfigDict(extra="ignore", json_schema_extra=_about(wire.description)),
         resource_type=(kind, ...),
         **asked,
     )
@@ -131,7 +132,7 @@ def models_of(resource_type: ResourceType, wire: WireFields) -> ReservationModel
         **{name: (annotation, None) for name, (annotation, _) in asked.items()},
     }
     update = create_model(
-        f"{wire.model}ReservationUpdate", __config__=ConfigDict(extra="forbid"), **changes
+        f"{wire.model}ReservationUpdate", __config__=ConfigDict(extra="ignore"), **changes
     )
     shown = create_model(f"{wire.model}Reservation", __base__=Record, **_shown(resource_type, wire))
     return ReservationModels(create, update, shown)

@@ -179,6 +179,8 @@ class Changing(LeaseBase):
         if reshaped or edits:
             fairshare.admit(self.ctx, session, actor, lease, now, "update", before=before)
             credits.encumber(self.ctx, session, actor, lease, now, "update")
+        else:
+            fairshare.ask_update(self.ctx, session, actor, lease, before)
         self._notify(session, "lease.update", lease, now)
         if rearmed:
             self._notify(session, "lease.before_end.stop", lease, now)

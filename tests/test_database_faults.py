@@ -336,3 +336,34 @@ def test_a_filesystem_turned_read_only_under_serve_refuses_writes_naming_it(
         assert refused.headers["retry-after"] == "30"
         assert http.get("/v1/leases").json()["leases"] == []
         assert http.get("/v1/os-hosts").json()["hosts"][0]["hypervisor_hostname"] == "db0"
+
+
+def test_a_postgresql_database_turned_read_only_refuses_writes_naming_it(
+    live_pg: tuple[LiveServer, str],
+) -> None:
+    """The database made read-only for every new session (as a standby is), the server's
+    sessions then cut: a write was a 500 'Internal Server Error' with a traceback (PostgreSQL's
+    read_only_sql_transaction is not an operational error). Now: 503 'database is read-only'."""
+    server, url = live_pg
+    database = url.rsplit("/", 1)[1]
+    with client(server) as http, psycopg.connect(url, autocommit=True) as admin:
+        assert http.post("/v1/os-hosts", json={"name": "db0"}).status_code == 201
+        admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
+            refused = http.post("/v1/leases", json=_lease("refused", 2))
+            assert_error(refused, 503, "database is read-only", "not made")
+            assert refused.headers["retry-after"] == "30"
+            assert http.get("/v1/leases").json()["leases"] == []
+        finally:
+            admin.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
+        assert http.post("/v1/leases", json=_lease("after", 2)).status_code == 201

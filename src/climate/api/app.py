@@ -136,18 +136,17 @@ class OpenStackHeaders:
             await self.app(scope, receive, send_with_headers)
         except ClientDisconnect:  # gone, or cut off by the body read timeout: nobody to answer
             LOG.debug("client left during %s %s", scope["method"], scope["path"])
-        except DATABASE_UNAVAILABLE as exc:
+        except Exception as exc:  # the catch-all handler would answer without our headers
             problem = self.storage_problem(exc)
             if problem is not None:
-                # The operator's to fix, not a fault of the code: one line, no traceback.
+                # The operator's to fix, not a fault of the code: one line, no traceback. (A
+                # read-only PostgreSQL is not an OperationalError: looked for in every error.)
                 LOG.error(
-                    "%s on %s %s: %s",
-                    problem,
-                    scope["method"],
-                    scope["path"],
-                    database_words(exc),
+                    "%s on %s %s: %s", problem, scope["method"], scope["path"], database_words(exc)
                 )
-            else:
+                response = error_body(503, STORAGE_MESSAGE.format(problem=problem))
+                response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER)
+            elif isinstance(exc, DATABASE_UNAVAILABLE):
                 LOG.error(
                     "database unavailable on %s %s: %s",
                     scope["method"],
@@ -155,20 +154,13 @@ class OpenStackHeaders:
                     database_words(exc),
                     exc_info=exc,
                 )
-            if started:
-                raise
-            if problem is not None:
-                response = error_body(503, STORAGE_MESSAGE.format(problem=problem))
-                response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER)
-            else:
                 response = error_body(503, UNAVAILABLE_MESSAGE)
                 response.headers["Retry-After"] = "1"
-            await response(scope, receive, send_with_headers)
-        except Exception:  # the catch-all handler would answer without our headers
-            LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            else:
+                LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
+                response = error_body(500, "Internal Server Error")
             if started:
                 raise
-            response = error_body(500, "Internal Server Error")
             await response(scope, receive, send_with_headers)
 
 

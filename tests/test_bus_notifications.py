@@ -139,12 +139,19 @@ class Proxy:
         self.writers: set[asyncio.StreamWriter] = set()
         self.relaying = asyncio.Event()
         """Cleared by ``hold``: connections are accepted and wait, unanswered, until ``relay``."""
+        self.generation = 0
+        """Connections opened before ``silence`` have a lower generation, and relay nothing."""
+        self.silent_below = 0
         self.loop.call_soon_threadsafe(self.relaying.set)
         self.start()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, generation: int
+    ) -> None:
         try:
             while data := await reader.read(65536):
+                if generation < self.silent_below:
+                    await asyncio.Event().wait()  # for good: the connection stays open, mute
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -154,6 +161,7 @@ class Proxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self.relaying.wait()
+        generation = self.generation
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -161,7 +169,8 @@ class Proxy:
             return
         self.writers |= {writer, upstream_writer}
         await asyncio.gather(
-            self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
+            self._pipe(reader, upstream_writer, generation),
+            self._pipe(upstream_reader, writer, generation),
         )
 
     async def _start(self) -> None:
@@ -188,6 +197,16 @@ class Proxy:
     def relay(self) -> None:
         """The broker recovers: the held connections go through."""
         self.loop.call_soon_threadsafe(self.relaying.set)
+
+    def silence(self) -> None:
+        """The broker stops answering on the open connections, for good (a half-open
+        connection: no reset ever comes); new connections go through."""
+
+        def mute() -> None:
+            self.generation += 1
+            self.silent_below = self.generation
+
+        self.loop.call_soon_threadsafe(mute)
 
     def close(self) -> None:
         self.stop()
@@ -493,6 +512,40 @@ def test_a_broker_that_stalls_then_recovers_gets_each_notification_once(
     assert names == ["l0", "l1", "l2"]
     with sqlite_db.reader() as session:
         assert len(outbox.by_status(session, outbox.DELIVERED)) == 3
+
+
+def test_a_connection_the_broker_stops_answering_for_good_is_dropped_and_sending_resumes(
+    settings: Settings, sqlite_db: Database, proxy: Proxy, queue: Queue
+) -> None:
+    """The broker goes silent on the open connection and never answers on it again, while new
+    connections work. oslo.messaging waited on the silent one without end, and every later send
+    failed at once behind it: no notification ever went out again. Now the stuck send's
+    connections are shut after 5 timeouts and the next attempt opens a new one."""
+    ctx = build_context(
+        _bus_settings(
+            settings,
+            _transport_url("127.0.0.1", proxy.port),
+            queue.topic,
+            notification_timeout_seconds=1.0,
+        ),
+        sqlite_db,
+        SystemClock(),
+    )
+    add_hosts(HostService(ctx), 2)
+    workers = build_workers(ctx)
+    workers.start()
+    try:
+        now = dt.datetime.now(dt.UTC)
+        LeaseService(ctx).create(ALICE, host_request("before", now + HOUR, now + 2 * HOUR))
+        assert len(queue.take(1)) == 1
+        proxy.silence()
+        LeaseService(ctx).create(ALICE, host_request("after", now + HOUR, now + 2 * HOUR))
+        got = queue.take(1, timeout=25)
+    finally:
+        workers.stop()
+    assert [m["oslo.message"]["payload"]["name"] for m in got] == ["after"]
+    with sqlite_db.reader() as session:
+        assert len(outbox.by_status(session, outbox.DELIVERED)) == 2
 
 
 @pytest.mark.parametrize(

@@ -8,19 +8,22 @@ import hmac
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from climate.config import Settings, load_settings
 from climate.db import outbox
 from climate.db.engine import Database
+from climate.db.tables import OutboxMessage
 from climate.domain.clock import ManualClock, SystemClock
 from climate.errors import InvalidInput
 from climate.notify.delivery import Deliverer
@@ -591,3 +594,136 @@ def test_what_the_manager_writes_is_sent_at_once_not_when_the_deliverer_next_loo
     # Its time is the whole second the date was cut to: at most 1 s before the one asked for.
     assert arrived["lease.start"] - (start.replace(microsecond=0).timestamp() + offset) < 2.0
     assert arrived["lease.end"] - (end.replace(microsecond=0).timestamp() + offset) < 2.0
+
+
+@pytest.fixture
+def proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No proxy variable from the machine's environment: each test sets its own."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+def _one_webhook_attempt(settings: Settings, db: Database, url: str) -> tuple[float, str | None]:
+    """Queue one lease.create to ``url`` with a 0.3 s timeout, make one attempt: how long it
+    took and its error."""
+    ctx = build_context(
+        settings.model_copy(update={"webhooks": (url,), "webhook_timeout_seconds": 0.3}),
+        db,
+        SystemClock(),
+    )
+    add_hosts(HostService(ctx), 1)
+    LeaseService(ctx).create(
+        ALICE, host_request("l1", T0 + dt.timedelta(hours=1), T0 + dt.timedelta(hours=2))
+    )
+    deliverer = Deliverer(ctx)
+    began = time.monotonic()
+    assert deliverer.deliver_due() == 1
+    took = time.monotonic() - began
+    deliverer.stop()
+    with db.reader() as session:
+        (message,) = session.scalars(select(OutboxMessage)).all()
+        return took, message.last_error
+
+
+def test_webhooks_go_through_the_http_proxy_the_environment_names(
+    settings: Settings, db: Database, receiver: Receiver, proxy_env: pytest.MonkeyPatch
+) -> None:
+    """The receiver stands in for the proxy: a host name nothing resolves reaches it."""
+    proxy_env.setenv("HTTP_PROXY", receiver.url.removesuffix("/hook"))
+    took, error = _one_webhook_attempt(settings, db, "http://hooks.climate-test.invalid/hook")
+    assert error is None
+    ((headers, _),) = receiver.received
+    assert headers["Host"] == "hooks.climate-test.invalid"
+
+
+def test_hosts_in_no_proxy_are_reached_directly(
+    settings: Settings, db: Database, receiver: Receiver, proxy_env: pytest.MonkeyPatch
+) -> None:
+    proxy_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    proxy_env.setenv("NO_PROXY", "127.0.0.1")
+    took, error = _one_webhook_attempt(settings, db, receiver.url)
+    assert error is None
+    assert len(receiver.received) == 1
+
+
+def test_a_proxy_dribbling_its_answer_fails_the_attempt_within_its_deadline(
+    settings: Settings, db: Database, proxy_env: pytest.MonkeyPatch
+) -> None:
+    """The proxy's answer (38 bytes at 0.2 s) would take 7.6 s: the attempt, proxy included,
+    ends after 3 x the timeout like any other."""
+    dribbler = DribblingReceiver(gap=0.2)
+    try:
+        proxy_env.setenv("HTTP_PROXY", dribbler.url.removesuffix("/hook"))
+        took, error = _one_webhook_attempt(settings, db, "http://hooks.climate-test.invalid/hook")
+    finally:
+        dribbler.close()
+    assert dribbler.requests == 1
+    assert took < 0.9 + 1.0, took
+    assert "Timeout" in (error or ""), error
+
+
+def test_a_socks_proxy_in_the_environment_is_a_failed_attempt_naming_it(
+    settings: Settings, db: Database, proxy_env: pytest.MonkeyPatch
+) -> None:
+    proxy_env.setenv("ALL_PROXY", "socks5://user:pw@127.0.0.1:1080")
+    _, error = _one_webhook_attempt(settings, db, "http://hooks.climate-test.invalid/hook")
+    assert error == (
+        "ProxyError: webhooks go through http:// and https:// proxies only, "
+        "not 'socks5://user:***@127.0.0.1:1080'"
+    )
+
+
+SILENT_DNS_CHILD = """
+import json, socket, subprocess, sys, threading, time
+subprocess.run(["mount", "--bind", sys.argv[1], "/etc/resolv.conf"], check=True)
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dns.bind(("127.0.0.1", 53))
+queries = []
+def swallow():  # takes every query, answers none
+    while True:
+        queries.append(dns.recvfrom(512))
+threading.Thread(target=swallow, daemon=True).start()
+from climate.db.tables import OutboxMessage
+from climate.notify.deadline import deadline_client
+from climate.notify.sinks import WebhookSink
+sink = WebhookSink("http://hooks.slow-dns.test/hook", deadline_client(0.3), "", 0.3)
+began = time.monotonic()
+try:
+    error = sink.send(OutboxMessage(id=1, topic="lease.create", payload={}))
+except Exception as exc:
+    error = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"took": time.monotonic() - began, "error": error, "queries": len(queries)}))
+"""
+
+
+def test_a_dns_server_that_does_not_answer_fails_the_attempt_within_its_deadline(
+    tmp_path: Any,
+) -> None:
+    """Resolution through a real DNS server that takes queries and answers none, in a network
+    and mount namespace of the test's own (its resolv.conf names that server): getaddrinfo waits
+    out the resolver's timeouts (2 x 5 s), far past the attempt's deadline (3 x 0.3 s)."""
+    if subprocess.run(["unshare", "--mount", "--net", "true"], capture_output=True).returncode:
+        pytest.skip("needs root to make a network namespace (unshare)")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:2\n")
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH"), str(Path(__file__).parents[1] / "src")) if p
+    )
+    child = subprocess.run(
+        ["unshare", "--mount", "--net", sys.executable, "-c", SILENT_DNS_CHILD, str(resolv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    outcome = json.loads(child.stdout)
+    assert outcome["queries"] >= 1  # the name was looked up through the silent server
+    assert outcome["took"] < 0.9 + 0.5, outcome
+    assert outcome["error"] == (
+        "ConnectTimeout: looking up hooks.slow-dns.test took longer than its deadline"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy.exc
@@ -99,8 +99,12 @@ class OpenStackHeaders:
     """Blazar's response headers on every answer (500s included), and a 400 for NUL bytes in the
     path or query. Plain ASGI: a ``BaseHTTPMiddleware`` costs a task and a queue per request."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(
+        self, app: ASGIApp, storage_problem: Callable[[BaseException], str | None]
+    ) -> None:
         self.app = app
+        self.storage_problem = storage_problem
+        """``disk full: ...`` or ``database is read-only: ...`` for a database error, else None."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -132,24 +136,31 @@ class OpenStackHeaders:
             await self.app(scope, receive, send_with_headers)
         except ClientDisconnect:  # gone, or cut off by the body read timeout: nobody to answer
             LOG.debug("client left during %s %s", scope["method"], scope["path"])
-        except DATABASE_UNAVAILABLE as exc:
-            LOG.error(
-                "database unavailable on %s %s: %s",
-                scope["method"],
-                scope["path"],
-                database_words(exc),
-                exc_info=exc,
-            )
+        except Exception as exc:  # the catch-all handler would answer without our headers
+            problem = self.storage_problem(exc)
+            if problem is not None:
+                # The operator's to fix, not a fault of the code: one line, no traceback. (A
+                # read-only PostgreSQL is not an OperationalError: looked for in every error.)
+                LOG.error(
+                    "%s on %s %s: %s", problem, scope["method"], scope["path"], database_words(exc)
+                )
+                response = error_body(503, STORAGE_MESSAGE.format(problem=problem))
+                response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER)
+            elif isinstance(exc, DATABASE_UNAVAILABLE):
+                LOG.error(
+                    "database unavailable on %s %s: %s",
+                    scope["method"],
+                    scope["path"],
+                    database_words(exc),
+                    exc_info=exc,
+                )
+                response = error_body(503, UNAVAILABLE_MESSAGE)
+                response.headers["Retry-After"] = "1"
+            else:
+                LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
+                response = error_body(500, "Internal Server Error")
             if started:
                 raise
-            response = error_body(503, UNAVAILABLE_MESSAGE)
-            response.headers["Retry-After"] = "1"
-            await response(scope, receive, send_with_headers)
-        except Exception:  # the catch-all handler would answer without our headers
-            LOG.exception("unexpected error on %s %s", scope["method"], scope["path"])
-            if started:
-                raise
-            response = error_body(500, "Internal Server Error")
             await response(scope, receive, send_with_headers)
 
 
@@ -166,6 +177,14 @@ UNAVAILABLE_MESSAGE = (
     "database unavailable (its connection was lost or it refused the operation); try again. "
     "A change whose answer this is may or may not have been made: look before repeating it"
 )
+
+
+STORAGE_MESSAGE = (
+    "{problem}. The change was not made (nothing was written); reads go on. Try again once "
+    "an operator has made room or made the database writable"
+)
+STORAGE_RETRY_AFTER = 30
+"""Seconds: a full disk or a read-only database lasts until someone acts."""
 
 
 def create_app(ctx: ServiceContext) -> FastAPI:
@@ -232,7 +251,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         max_wait=ctx.settings.request_max_wait_ms / 1000.0,
         max_body=ctx.settings.max_body_bytes,
     )
-    app.add_middleware(OpenStackHeaders)
+    app.add_middleware(OpenStackHeaders, storage_problem=ctx.db.storage_problem)
     app.add_middleware(ObservedRequests)
 
     @app.exception_handler(ClimateError)

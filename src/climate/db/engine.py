@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from climate import jsontext
-from climate.db import allocations, change_feed, locking, raw
+from climate.db import allocations, change_feed, locking, raw, storage
 from climate.db.change_feed import ChangeFeed
 from climate.db.tables import Lock, table_of
 
@@ -122,6 +122,11 @@ class Database:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    def storage_problem(self, exc: BaseException) -> str | None:
+        """``disk full: ...`` or ``database is read-only: ...`` when ``exc`` is this database
+        unable to store a change for that reason (``db/storage.py``), else None."""
+        return storage.storage_problem(exc, _sqlite_file(self.url))
 
     @contextlib.contextmanager
     def transaction(

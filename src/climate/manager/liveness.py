@@ -98,11 +98,25 @@ class SoleManager:
             )
 
     def _touch(self, path: str, interval: float) -> None:
+        failing = False
         while not self._stop.wait(interval):
             try:
                 os.utime(path)
-            except OSError:
-                LOG.exception("heartbeat of the manager (touching %s) failed; trying again", path)
+            except OSError as exc:
+                # Once per outage: a read-only filesystem fails every touch until it is fixed.
+                if not failing:
+                    LOG.error(
+                        "heartbeat of the manager (touching %s) failed: %s; trying again every "
+                        "%g s",
+                        path,
+                        exc.strerror or exc,
+                        interval,
+                    )
+                failing = True
+            else:
+                if failing:
+                    LOG.info("heartbeat of the manager (touching %s) works again", path)
+                failing = False
 
     def stop(self) -> None:
         self._stop.set()

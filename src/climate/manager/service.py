@@ -58,6 +58,9 @@ the last plan took, if that is more, up to ``MAX_LEAD_SECONDS``). Nothing runs b
 MAX_LEAD_SECONDS = 10.0
 PLAN_LEASES = 5 * BATCH
 """At most this many leases are planned; the rest of an instant is claimed and run after."""
+STORAGE_BACKOFF_SECONDS = 8.0
+"""The longest wait between passes while the database cannot store anything (disk full,
+read-only): the events due meanwhile run at most this long after it can again."""
 
 
 @dataclass
@@ -484,6 +487,7 @@ class Manager:
     def run_forever(self) -> None:
         LOG.info("manager %s started", self.name)
         failed = False
+        stuck = 0  # passes failed in a row on a full disk or a read-only database
         while not self._stop.is_set():
             self._wake.clear()
             try:
@@ -498,10 +502,18 @@ class Manager:
                 if self.ctx.settings.power_policy == "act":
                     wait = min(wait, until_power)
                 wait = min(wait, until_idle)
-            except Exception:
-                LOG.exception("manager pass failed; retrying in 1 s")
+            except Exception as exc:
                 failed = True
                 wait = 1.0
+                if (problem := self.ctx.db.storage_problem(exc)) is not None:
+                    # Lasts until an operator acts; the events stay due and run once it is over.
+                    stuck += 1
+                    wait = min(2.0 ** (stuck - 1), STORAGE_BACKOFF_SECONDS)
+                    LOG.error("manager pass failed: %s; retrying in %.0f s", problem, wait)
+                else:
+                    LOG.exception("manager pass failed; retrying in 1 s")
+            else:
+                stuck = 0
             self._wake.wait(wait)
         LOG.info("manager %s stopped", self.name)
 

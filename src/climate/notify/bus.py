@@ -8,8 +8,12 @@ carries the same id both times and consumers drop the repeat by it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
+import socket
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,6 +26,7 @@ from climate.addresses import BUS_PREFIX, oslo_config, oslo_messaging, redact
 if TYPE_CHECKING:
     from climate.db.tables import Event, Lease, OutboxMessage, Reservation
 
+LOG = logging.getLogger(__name__)
 PRIORITY = "INFO"
 Driver = Literal["messagingv2", "messaging"]
 
@@ -164,13 +169,73 @@ def message(event_type: str, lease: Lease, publisher_id: str, now: dt.datetime) 
     }
 
 
+STUCK_AFTER_TIMEOUTS = 5
+"""A send given up that is still running this many timeouts after it started waits on a
+connection the broker stopped answering: oslo.messaging may wait on it for ever (closing the
+channel of a failed publish waits for the broker's answer without a timeout)."""
+
+
+class _Link:
+    """One transport with the thread that sends on it and the broker connections it opened,
+    dropped as a whole when a send on it is stuck."""
+
+    def __init__(self, oslo: Any, url: str) -> None:
+        self.transport = oslo.get_notification_transport(oslo_config(), url=url)
+        # One thread: sends are brief, and one that hangs makes the others time out too, as
+        # they should (the broker is not answering).
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="climate-notify-bus")
+        self.connections: list[Any] = []
+        connections = getattr(self.transport._driver, "_connection_pool", None)
+        if connections is not None:
+            # oslo.messaging keeps no list of the connections it hands out: the pool's factory
+            # is the one place that sees each of them.
+            create = connections.create
+
+            def create_and_keep(*args: Any, **kwargs: Any) -> Any:
+                connection = create(*args, **kwargs)
+                self.connections.append(connection)
+                return connection
+
+            connections.create = create_and_keep
+
+    def cut(self) -> None:
+        """Shut the sockets of every connection: a thread blocked reading one wakes with an
+        error (closing a socket from another thread would not wake it)."""
+        for connection in list(self.connections):
+            amqp = getattr(getattr(connection, "connection", None), "_connection", None)
+            sock = getattr(getattr(amqp, "transport", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self, wait: float) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        threading.Thread(
+            target=self._cleanup, args=(wait,), name="climate-notify-bus-drop", daemon=True
+        ).start()
+
+    def _cleanup(self, wait: float) -> None:
+        # The send thread first, holding its connection's lock, then the connections' heartbeat
+        # threads; neither may outlive this thread for long on a broker that does not answer.
+        deadline = time.monotonic() + wait
+        while self.pool._threads and time.monotonic() < deadline:
+            if not any(t.is_alive() for t in self.pool._threads):
+                break
+            self.cut()
+            time.sleep(0.1)
+        with contextlib.suppress(Exception):
+            self.transport.cleanup()
+
+
 class Bus:
     """One oslo.messaging notification transport, shared by every topic's sink.
 
     It sends through the transport itself rather than an ``oslo_messaging.Notifier``: the
     Notifier (and its drivers) log a failed send and return as if it had worked, and the outbox
     needs to know, to try again. ``retry=0`` makes one attempt to reach the broker; a send that
-    hangs (a broker that accepts connections and does not answer) is given up after ``timeout``.
+    hangs (a broker that accepts connections and does not answer) is given up after ``timeout``,
+    and one still hanging ``STUCK_AFTER_TIMEOUTS`` timeouts after it started takes its transport
+    with it: its connections are shut and the next send opens new ones.
     """
 
     def __init__(self, url: str, driver: Driver, timeout: float) -> None:
@@ -180,68 +245,74 @@ class Bus:
         self._url = url
         self._version = 2.0 if driver == "messagingv2" else 1.0
         self._timeout = timeout
-        self._transport: Any = None
-        self._lock = threading.Lock()
-        # One thread: sends are brief, and one that hangs makes the others time out too, as
-        # they should (the broker is not answering).
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="climate-notify-bus")
-        self._abandoned: dict[tuple[str, str], Future[None]] = {}
-        """Sends given up after ``timeout`` and still running, by (topic, message_id): the broker
-        may take them yet, so no other send starts behind them (it would go out after they
-        recover, and a message given up is retried: the broker would get it twice)."""
+        self._link: _Link | None = None
+        self._abandoned: dict[tuple[str, str], tuple[Future[None], float, _Link]] = {}
+        """Sends given up after ``timeout`` and still running, by (topic, message_id), with when
+        they started and on which link: the broker may take them yet, so no other send starts
+        behind them on their link (it would go out after they recover, and a message given up
+        is retried: the broker would get it twice)."""
         self._taken_late: set[tuple[str, str]] = set()
         """Messages whose abandoned send went through after all: their retry is done already."""
         self._books = threading.Lock()
-
-    def _get_transport(self) -> Any:
-        with self._lock:
-            if self._transport is None:
-                self._transport = self._oslo.get_notification_transport(
-                    oslo_config(), url=self._url
-                )
-            return self._transport
 
     def publish(self, topic: str, stored: Mapping[str, Any]) -> str | None:
         """Send one stored message on ``topic``: None once the broker has it, else why not."""
         body = dict(stored["message"])
         key = (topic, str(body["message_id"]))
         with self._books:
-            for done in [k for k, job in self._abandoned.items() if job.done()]:
-                job = self._abandoned.pop(done)
+            for done in [k for k, (job, _, _) in self._abandoned.items() if job.done()]:
+                job = self._abandoned.pop(done)[0]
                 if not job.cancelled() and job.exception() is None:
                     self._taken_late.add(done)
             if key in self._taken_late:
                 self._taken_late.discard(key)
                 return None
-            if self._abandoned:
-                return (
-                    "the message bus has not finished a send given up after "
-                    f"{self._timeout:g} s; no other starts before it ends"
+            stuck = [started for _, started, link in self._abandoned.values() if link is self._link]
+            if stuck:
+                if time.monotonic() - min(stuck) < STUCK_AFTER_TIMEOUTS * self._timeout:
+                    return (
+                        "the message bus has not finished a send given up after "
+                        f"{self._timeout:g} s; no other starts before it ends"
+                    )
+                LOG.warning(
+                    "the message bus has not answered a send for %g s: its connections are "
+                    "dropped, the next send opens new ones",
+                    STUCK_AFTER_TIMEOUTS * self._timeout,
                 )
+                self._drop_link()
+            if self._link is None:
+                self._link = _Link(self._oslo, self._url)
+            link = self._link
         target = self._oslo.Target(topic=f"{topic}.{body['priority'].lower()}")
-        job = self._pool.submit(self._send, target, dict(stored["context"]), body)
+        started = time.monotonic()
+        try:
+            job = link.pool.submit(self._send, link, target, dict(stored["context"]), body)
+        except RuntimeError:  # the link was dropped by a concurrent send, or closed
+            return "the message bus connection was dropped; the next attempt opens a new one"
         try:
             job.result(timeout=self._timeout)
         except FutureTimeout:
             if not job.cancel():
                 with self._books:
-                    self._abandoned[key] = job
+                    self._abandoned[key] = (job, started, link)
             return f"the message bus did not take the message within {self._timeout:g} s"
         except Exception as exc:
             return f"{type(exc).__name__}: {redact(str(exc))}"
         return None
 
-    def _send(self, target: Any, context: dict[str, Any], body: dict[str, Any]) -> None:
-        self._get_transport()._send_notification(
-            target, context, body, version=self._version, retry=0
-        )
+    def _send(
+        self, link: _Link, target: Any, context: dict[str, Any], body: dict[str, Any]
+    ) -> None:
+        link.transport._send_notification(target, context, body, version=self._version, retry=0)
+
+    def _drop_link(self) -> None:
+        if self._link is not None:
+            self._link.close(wait=STUCK_AFTER_TIMEOUTS * self._timeout)
+            self._link = None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            if self._transport is not None:
-                self._transport.cleanup()
-                self._transport = None
+        with self._books:
+            self._drop_link()
 
 
 class BusSink:

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -34,6 +35,9 @@ SINK_BATCH = 10
 CLAIM_MARGIN_SECONDS = 5.0
 """Added to a claim beyond its messages' sending time: database round trips, name lookups."""
 MAX_BACKOFF_SECONDS = 300.0
+MAX_PAUSE_SECONDS = 8.0
+"""The longest pause of the deliverer after jobs failed in a row (the database unable to
+write: a full disk, read-only)."""
 
 
 class Deliverer:
@@ -66,6 +70,10 @@ class Deliverer:
         self._orphans: list[tuple[list[int], dt.datetime]] = []
         """Claims of jobs that failed midway (the database connection lost): (message ids,
         claim), handed back by the next pass rather than left until the claim runs out."""
+        self._failures = 0
+        """Jobs failed in a row (by an exception: the database, not the sink)."""
+        self._resume_at = 0.0
+        """``time.monotonic()`` before which no pass starts, after a failed job."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -107,13 +115,33 @@ class Deliverer:
 
     def _serve(self, sink: Sink) -> int:
         try:
-            return self._deliver_batch(sink)
-        except Exception:
-            LOG.exception(
-                "delivery to %s failed; its claimed messages are handed back at the next pass",
-                sink.key,
-            )
+            sent = self._deliver_batch(sink)
+        except Exception as exc:
+            with self._lock:
+                # The next pass waits: it would fail the same way at once (the database unable
+                # to write), and a pass woken by each failed job spun, logging as fast as it ran.
+                self._failures += 1
+                pause = min(2.0 ** (self._failures - 1), MAX_PAUSE_SECONDS)
+                self._resume_at = time.monotonic() + pause
+            if (problem := self.ctx.db.storage_problem(exc)) is not None:
+                LOG.error(
+                    "delivery to %s failed: %s; its messages wait, next pass in %.0f s",
+                    sink.key,
+                    problem,
+                    pause,
+                )
+            else:
+                LOG.exception(
+                    "delivery to %s failed; its claimed messages are handed back at the next "
+                    "pass, in %.0f s",
+                    sink.key,
+                    pause,
+                )
             return 0
+        else:
+            with self._lock:
+                self._failures = 0
+            return sent
         finally:
             with self._lock:
                 self._busy.discard(sink.key)
@@ -230,14 +258,21 @@ class Deliverer:
 
     def run_forever(self) -> None:
         while not self._stop.is_set():
+            with self._lock:
+                pause = self._resume_at - time.monotonic()
+            if pause > 0 and self._stop.wait(pause):
+                break
             self._wake.clear()
             try:
                 self._release_orphans()
                 self._dispatch()
                 wait = self.seconds_until_next()
-            except Exception:
-                LOG.exception("delivery pass failed; retrying in 1 s")
+            except Exception as exc:
                 wait = 1.0
+                if (problem := self.ctx.db.storage_problem(exc)) is not None:
+                    LOG.error("delivery pass failed: %s; retrying in 1 s", problem)
+                else:
+                    LOG.exception("delivery pass failed; retrying in 1 s")
             self._wake.wait(wait)
 
     def start(self) -> None:

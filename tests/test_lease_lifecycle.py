@@ -245,3 +245,25 @@ def test_a_deleted_running_lease_is_deleting_until_the_manager_has_ended_it(
             select(Assignment.released_at).where(Assignment.lease_id == running.id)
         ).all()
     assert ended == [T0 + dt.timedelta(minutes=5)]
+
+
+def test_a_start_given_as_the_current_minute_is_booked_from_now(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    """``blazar lease-create --start-date`` gives the current minute. A running lease deleted
+    earlier in that minute held the only host until then: a new lease starting "this minute"
+    is booked from now, so it fits, starts at once, and can grow its end while it runs."""
+    add_hosts(hosts, 1)
+    manager = build_workers(ctx).manager
+    clock.set(T0 - HOUR)
+    first = leases.create(ALICE, host_request("first", None, T0 + HOUR))
+    manager.run_due()
+    clock.set(T0 + dt.timedelta(seconds=20))
+    leases.delete(ALICE, first.id)
+    clock.set(T0 + dt.timedelta(seconds=45))
+    second = leases.create(ALICE, host_request("second", T0, T0 + HOUR))
+    assert second.start_date == T0 + dt.timedelta(seconds=45)
+    manager.run_due()
+    assert leases.get(ALICE, second.id).status == "ACTIVE"
+    longer = leases.update(ALICE, second.id, LeaseChanges(end=T0 + 2 * HOUR))
+    assert longer.end_date == T0 + 2 * HOUR

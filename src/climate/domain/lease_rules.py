@@ -21,7 +21,10 @@ WAITING_TYPES = frozenset({LeaseType.RETRY, LeaseType.BEST_EFFORT})
 
 
 def check_start(start: dt.datetime | None, now: dt.datetime) -> dt.datetime:
-    """The start asked for (None: now), not in the past."""
+    """The start asked for (None: now), not in the past. A start up to ``START_TOLERANCE``
+    ago (the current minute, as ``blazar lease-create --start-date`` gives it) is now: the
+    lease's resources are booked from when it was asked, not from a moment already gone, in
+    which a lease deleted since may still have held them."""
     if start is None:
         return now
     if start < now - START_TOLERANCE:
@@ -30,7 +33,7 @@ def check_start(start: dt.datetime | None, now: dt.datetime) -> dt.datetime:
             f"Start date must be later than current date ({start.isoformat()} is in the past; "
             "use 'now' or a future date)",
         )
-    return start
+    return max(start, now)
 
 
 def check_window(

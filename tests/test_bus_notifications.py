@@ -33,6 +33,7 @@ from climate.domain.status import LeaseType
 from climate.errors import InvalidInput
 from climate.notify.delivery import Deliverer
 from climate.runtime import Workers, build_context, build_workers
+from climate.services.context import ServiceContext
 from climate.services.hosts import HostService
 from climate.services.leases import LeaseChanges, LeaseService
 from tests.conftest import ALICE, T0, free_port
@@ -397,16 +398,20 @@ def test_a_leases_create_start_before_end_and_end_arrive_in_order_once_each(
     ]
 
 
+def _behind(
+    proxy: Proxy, settings: Settings, db: Database, queue: Queue, **changes: object
+) -> ServiceContext:
+    """A context whose bus goes to RabbitMQ through ``proxy``."""
+    bus = _bus_settings(settings, _transport_url("127.0.0.1", proxy.port), queue.topic, **changes)
+    return build_context(bus, db, SystemClock())
+
+
 def test_every_notification_arrives_once_after_the_broker_comes_back(
     settings: Settings, sqlite_db: Database, proxy: Proxy, queue: Queue
 ) -> None:
     """The broker unreachable for 5 s while leases start and end: every notification arrives
     after it is back, none twice."""
-    ctx = build_context(
-        _bus_settings(settings, _transport_url("127.0.0.1", proxy.port), queue.topic),
-        sqlite_db,
-        SystemClock(),
-    )
+    ctx = _behind(proxy, settings, sqlite_db, queue)
     add_hosts(HostService(ctx), 3)
     workers = build_workers(ctx)
     workers.start()
@@ -476,16 +481,7 @@ def test_a_broker_that_stalls_then_recovers_gets_each_notification_once(
     would go out then too, and every message given up is retried: the broker got each one
     several times. Now nothing starts behind a stuck send, and the stuck one's retry knows that
     the broker took it."""
-    ctx = build_context(
-        _bus_settings(
-            settings,
-            _transport_url("127.0.0.1", proxy.port),
-            queue.topic,
-            notification_timeout_seconds=1.0,
-        ),
-        sqlite_db,
-        SystemClock(),
-    )
+    ctx = _behind(proxy, settings, sqlite_db, queue, notification_timeout_seconds=1.0)
     add_hosts(HostService(ctx), 3)
     proxy.hold()
     workers = build_workers(ctx)
@@ -521,16 +517,7 @@ def test_a_connection_the_broker_stops_answering_for_good_is_dropped_and_sending
     connections work. oslo.messaging waited on the silent one without end, and every later send
     failed at once behind it: no notification ever went out again. Now the stuck send's
     connections are shut after 5 timeouts and the next attempt opens a new one."""
-    ctx = build_context(
-        _bus_settings(
-            settings,
-            _transport_url("127.0.0.1", proxy.port),
-            queue.topic,
-            notification_timeout_seconds=1.0,
-        ),
-        sqlite_db,
-        SystemClock(),
-    )
+    ctx = _behind(proxy, settings, sqlite_db, queue, notification_timeout_seconds=1.0)
     add_hosts(HostService(ctx), 2)
     workers = build_workers(ctx)
     workers.start()

@@ -70,6 +70,36 @@ def test_a_host_with_servers_is_refused_as_blazar_refuses_it(
         cloud.compute.delete_flavor(flavor)
 
 
+def test_a_host_with_servers_is_not_deleted_as_blazar_refuses_it(
+    climate: Any, cloud: Any, openstack_env: dict[str, str]
+) -> None:
+    """A server booted on an enrolled host by forcing it there (``nova:<host>`` skips the
+    scheduler's filters, BlazarFilter too, as an admin may): the host is not deleted (409
+    naming the server) and stays in the freepool; once the server is gone it is deleted."""
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    host = hosts.create(ADMIN, "compute2", {})
+    flavor = cloud.compute.create_flavor(
+        name=f"climate-{uuid.uuid4().hex[:6]}", vcpus=1, ram=256, disk=1
+    )
+    server = boot(
+        cloud, openstack_env["OSTEST_IMAGE_ID"], flavor.id, availability_zone="nova:compute2"
+    )
+    try:
+        assert cloud.compute.get_server(server.id).compute_host == "compute2"
+        with pytest.raises(Conflict, match=rf"^Servers \[{server.id}\] found for host compute2$"):
+            hosts.delete(ADMIN, str(host.id))
+        assert [h.id for h in hosts.list_all(ADMIN)] == [host.id]
+        assert aggregate(cloud, ctx.settings.freepool_name).hosts == ["compute2"]
+    finally:
+        cloud.compute.delete_server(server)
+        cloud.compute.wait_for_delete(server, wait=60)
+        cloud.compute.delete_flavor(flavor)
+    hosts.delete(ADMIN, str(host.id))
+    assert list(hosts.list_all(ADMIN)) == []
+    assert "compute2" not in (aggregate(cloud, ctx.settings.freepool_name).hosts or [])
+
+
 def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
     climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
 ) -> None:

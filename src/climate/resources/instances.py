@@ -102,9 +102,25 @@ def enforcement(reservation: ReservationView) -> dict[str, Any]:
             reservation.params.get("server_group_id") or uuid.uuid5(SERVER_GROUPS, reservation.id)
         ),
         "hosts": [
-            {"host_id": str(a.host_id), "count": a.count} for a in reservation.instance_allocations
+            {"host_id": str(host_id), "count": count}
+            for host_id, count in held_to_the_end(reservation).items()
         ],
     }
+
+
+def held_to_the_end(reservation: ReservationView) -> dict[int, int]:
+    """Instances per host (by host id) the reservation holds to its end. Healing leaves a
+    failed host the allocation of its past, which ends before the others, and adds the
+    instances placed elsewhere as rows of their own (one more on a host it held already)."""
+    rows = reservation.instance_allocations
+    if not rows:
+        return {}
+    last = max(a.end_date for a in rows)
+    counts: dict[int, int] = {}
+    for a in rows:
+        if a.end_date == last:
+            counts[a.host_id] = counts.get(a.host_id, 0) + a.count
+    return dict(sorted(counts.items()))
 
 
 class InstanceType(ResourceType, SharedHosts):
@@ -334,9 +350,12 @@ class InstanceType(ResourceType, SharedHosts):
         session.refresh(reservation, ["instance_allocations"])
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
-        """One id per instance slot: the host's id and the slot's number on it."""
+        """One id per instance slot it holds to its end: the host's id and the slot's number
+        on it."""
         return [
-            f"{a.host_id}:{n}" for a in reservation.instance_allocations for n in range(a.count)
+            f"{host_id}:{n}"
+            for host_id, count in held_to_the_end(reservation).items()
+            for n in range(count)
         ]
 
     def sized_hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:

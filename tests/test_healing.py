@@ -36,7 +36,7 @@ from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseRequest, LeaseService, ReservationRequest
+from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN, ALICE, T0, serve
 from tests.helpers import add_hosts, host_request
 
@@ -119,6 +119,21 @@ def test_a_host_down_moves_its_running_reservation_to_a_free_host_and_tells_the_
         actions = session.scalars(select(AuditLog.action).order_by(AuditLog.id)).all()
     assert sorted(held) == [(str(ids[0]), now), (str(new), None)]
     assert actions[-2:] == ["host.down", "lease.healed"]
+
+
+def test_a_healed_running_reservation_changed_later_keeps_its_past_and_the_spare_s_start(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService, clock: ManualClock
+) -> None:
+    ids, lease_id = started(ctx, leases, hosts)
+    clock.advance(10 * MINUTE)
+    new = healing(ctx, Recording()).mark_down(ADMIN, str(ids[0])).healed[0].new_host
+    assert new is not None
+    clock.advance(10 * MINUTE)
+    leases.update(ALICE, lease_id, LeaseChanges(end=T0 + 5 * HOUR))
+    assert allocations(ctx, lease_id) == [
+        (ids[0], T0, T0 + 10 * MINUTE),
+        (new, T0 + 10 * MINUTE, T0 + 5 * HOUR),
+    ]
 
 
 def test_a_priced_reservation_is_moved_to_the_cheapest_free_host_not_the_first_by_id(

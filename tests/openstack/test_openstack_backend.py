@@ -114,12 +114,16 @@ def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
     try:
         manager.run_due()
         assert len(aggregate(backend.conn, reservation.id).hosts) == 1
+        clock.advance(dt.timedelta(minutes=10))
         grow = ReservationRequest(None, {"min": 2, "max": 2}, reservation.id)
         ReservationActionService(ctx, backend).update_lease(
             actor, lease.id, LeaseChanges(reservations=[grow])
         )
         assert sorted(aggregate(backend.conn, reservation.id).hosts) == ["compute1", "compute2"]
         assert aggregate(backend.conn, ctx.settings.freepool_name).hosts == []
+        # The host added is held from when it was handed over, not from the lease's start.
+        held = LeaseService(ctx).get(actor, lease.id).reservations[0].allocations
+        assert sorted(a.start_date for a in held) == [lease.start_date, clock.now()]
     finally:
         clock.set(lease.end_date)
         manager.run_due()

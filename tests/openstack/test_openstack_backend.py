@@ -129,6 +129,39 @@ def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
         manager.run_due()
 
 
+def test_a_running_instance_reservation_that_grows_holds_its_new_slot_from_then_on(
+    climate: Any, cloud: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    """amount 1 -> 2 on a running anti-affinity reservation: the second host joins its
+    aggregate with the reservation's inventory, and its allocation starts when it was added."""
+    ctx, backend = climate
+    actor, _ = lessee
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    for name in ("compute1", "compute2"):
+        hosts.create(ADMIN, name, {})
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": False}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="grows", **fields)
+    rid = lease.reservations[0].id
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        assert len(aggregate(cloud, rid).hosts) == 1
+        clock.advance(dt.timedelta(minutes=10))
+        grow = ReservationRequest(None, {"amount": 2}, rid)
+        ReservationActionService(ctx, backend).update_lease(
+            actor, lease.id, LeaseChanges(reservations=[grow])
+        )
+        assert sorted(aggregate(cloud, rid).hosts) == ["compute1", "compute2"]
+        shown = LeaseService(ctx).get(actor, lease.id).reservations[0]
+        held = shown.instance_allocations
+        assert sorted(a.start_date for a in held) == [lease.start_date, clock.now()]
+        assert sorted(h["count"] for h in wire.reservation(shown)["hosts"]) == [1, 1]
+    finally:
+        clock.set(lease.end_date)
+        manager.run_due()
+    assert aggregate(cloud, rid) is None
+
+
 def test_enrolment_reads_the_zone_and_cpu_info_a_blazar_lease_may_ask_for(
     climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
 ) -> None:

@@ -228,13 +228,21 @@ class InstanceType(ResourceType, SharedHosts):
         held = reservation.instance_allocations
         # Rows that ended before now are where instances ran before a reclaim moved them.
         running = [a for a in held if now is None or a.end_date > now]
-        keep = {a.host_id: a.count for a in running} if active else {}
+        keep: dict[int, int] = {}
+        for a in running if active else ():  # healing may add a row on a host it holds
+            keep[a.host_id] = keep.get(a.host_id, 0) + a.count
         if keep and any(Size(a.vcpus, a.memory_mb, a.disk_gb) != size.times(a.count) for a in held):
             raise Conflict("vcpus: a running instance reservation changes only its amount")
+        # A running lease changed: its instances keep their dates and those it gains are held
+        # from now (as healing dates them), so they need room from now on only.
+        since = now if active and now is not None and start < now < end else None
         hosts = self._hosts(session, params["resource_properties"])
-        demand = InstanceDemand(start, end, params["amount"], size, params["affinity"], keep)
+        demand = InstanceDemand(
+            since or start, end, params["amount"], size, params["affinity"], keep
+        )
         check_possible(demand, hosts)
-        placement = place(demand, self._rooms(session, hosts, reservation.id, start, end))
+        rooms = self._rooms(session, hosts, reservation.id, since or start, end)
+        placement = place(demand, rooms)
         before = {a.host_id for a in held}
         rows = instance_rows.replace(
             session,
@@ -244,6 +252,7 @@ class InstanceType(ResourceType, SharedHosts):
             size.as_tuple(),
             start,
             end,
+            since=since,
         )
         self.changed(session, before | set(placement))
         # The reservation may not be in the session (a new lease is written with Core inserts).

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from climate import wire
 from climate.backends.base import Action, Replace, Result
 from climate.backends.faulty import InjectedFault
 from climate.backends.standalone import StandaloneBackend
@@ -35,7 +36,7 @@ from climate.runtime import build_context
 from climate.services.context import ServiceContext
 from climate.services.healing import HealingService
 from climate.services.hosts import HostService
-from climate.services.leases import LeaseService
+from climate.services.leases import LeaseChanges, LeaseRequest, LeaseService, ReservationRequest
 from tests.conftest import ADMIN, ALICE, T0, serve
 from tests.helpers import add_hosts, host_request
 
@@ -43,6 +44,7 @@ CLIMATE = str(Path(sys.executable).with_name("climate"))
 
 HOUR = dt.timedelta(hours=1)
 MINUTE = dt.timedelta(minutes=1)
+INSTANCES = "virtual:instance"
 
 
 class Recording(StandaloneBackend):
@@ -117,6 +119,21 @@ def test_a_host_down_moves_its_running_reservation_to_a_free_host_and_tells_the_
         actions = session.scalars(select(AuditLog.action).order_by(AuditLog.id)).all()
     assert sorted(held) == [(str(ids[0]), now), (str(new), None)]
     assert actions[-2:] == ["host.down", "lease.healed"]
+
+
+def test_a_healed_running_reservation_changed_later_keeps_its_past_and_the_spare_s_start(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService, clock: ManualClock
+) -> None:
+    ids, lease_id = started(ctx, leases, hosts)
+    clock.advance(10 * MINUTE)
+    new = healing(ctx, Recording()).mark_down(ADMIN, str(ids[0])).healed[0].new_host
+    assert new is not None
+    clock.advance(10 * MINUTE)
+    leases.update(ALICE, lease_id, LeaseChanges(end=T0 + 5 * HOUR))
+    assert allocations(ctx, lease_id) == [
+        (ids[0], T0, T0 + 10 * MINUTE),
+        (new, T0 + 10 * MINUTE, T0 + 5 * HOUR),
+    ]
 
 
 def test_a_priced_reservation_is_moved_to_the_cheapest_free_host_not_the_first_by_id(
@@ -381,3 +398,29 @@ def test_climate_host_down_and_up_by_name(sqlite_url: str) -> None:
         assert up.returncode == 0 and "up" in up.stdout
         missing = climate("host", "down", "nope")
         assert missing.returncode != 0 and "no host with the id or name 'nope'" in missing.stderr
+
+
+def test_a_healed_instance_reservation_shows_the_hosts_it_holds_now_not_the_failed_one(
+    ctx: ServiceContext, leases: LeaseService, hosts: HostService, clock: ManualClock
+) -> None:
+    size = {"vcpus": 8, "memory_mb": 8192, "local_gb": 100}
+    ids = [hosts.create(ADMIN, f"compute-{i}", dict(size)).id for i in range(3)]
+    fields = {"amount": 2, "vcpus": 4, "memory_mb": 4096, "disk_gb": 10, "affinity": False}
+    reservations = [ReservationRequest(INSTANCES, fields)]
+    lease = leases.create(
+        ALICE, LeaseRequest(name="spread", start=None, end=T0 + 4 * HOUR, reservations=reservations)
+    )
+    Manager(ctx, StandaloneBackend()).run_due()
+    (failing, kept) = sorted(a.host_id for a in lease.reservations[0].instance_allocations)
+    clock.advance(10 * MINUTE)
+    report = healing(ctx, Recording()).mark_down(ADMIN, str(failing))
+    (spare,) = set(ids) - {failing, kept}
+    assert [(h.old_host, h.new_host) for h in report.healed] == [(failing, spare)]
+    reservation = leases.get(ALICE, lease.id).reservations[0]
+    assert wire.reservation(reservation)["hosts"] == [
+        {"host_id": str(h), "count": 1} for h in sorted((kept, spare))
+    ]
+    # What the backend is handed from now on (the lease's end) leaves the failed host out too.
+    assert ctx.resource_types[INSTANCES].resource_ids(reservation) == [
+        f"{h}:0" for h in sorted((kept, spare))
+    ]

@@ -369,6 +369,31 @@ def test_updates_change_amount_and_size_and_a_running_one_keeps_its_instances(
     assert placement(leases.get(ALICE, lease.id)) == before
 
 
+def test_a_running_reservation_that_grows_holds_its_new_instances_from_then_on(
+    hosts: HostService, leases: LeaseService, ctx: ServiceContext
+) -> None:
+    """As healing dates what it places: instances added to a running reservation are held
+    from when they were added; those it held keep their dates, and the reservation shows what
+    it holds per host, once each."""
+    sized_hosts(hosts, 2)
+    lease = leases.create(ALICE, instance_lease("a", 1, start=0))
+    build_workers(ctx).manager.run_due()
+    (first,) = placement(leases.get(ALICE, lease.id))
+    ctx.clock.advance(dt.timedelta(minutes=10))  # type: ignore[attr-defined]
+    rid = lease.reservations[0].id
+    more = LeaseChanges(reservations=[ReservationRequest(None, {"amount": 3}, rid)])
+    grown = leases.update(ALICE, lease.id, more).reservations[0]
+    added = T0 + dt.timedelta(minutes=10)
+    dates = sorted(
+        (a.start_date, a.end_date) for a in grown.instance_allocations for _ in range(a.count)
+    )
+    assert dates == [(T0, T0 + 2 * HOUR)] + [(added, T0 + 2 * HOUR)] * 2
+    assert [a.host_id for a in grown.instance_allocations if a.start_date == T0] == [first]
+    shown = render_reservation(leases.get(ALICE, lease.id).reservations[0])["hosts"]
+    assert sum(h["count"] for h in shown) == 3
+    assert len({h["host_id"] for h in shown}) == len(shown)
+
+
 def test_a_host_with_instances_cannot_be_deleted(hosts: HostService, leases: LeaseService) -> None:
     (host,) = sized_hosts(hosts, 1)
     lease = leases.create(ALICE, instance_lease("a", 1))

@@ -120,6 +120,41 @@ def test_active_lease_keeps_its_hosts_when_extended_and_refuses_if_they_are_book
     assert hosts_of(leases.get(ALICE, lease.id)) == {mine}
 
 
+def test_a_running_lease_that_grows_holds_each_new_host_from_then_on(
+    ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
+) -> None:
+    """As healing dates a spare: a host added to a running reservation is held from when it
+    was added (allocation calendars and usage must not claim it earlier), so it need only be
+    free from then on; the hosts it held keep their dates."""
+    add_hosts(hosts, 3)
+    manager = build_workers(ctx).manager
+    leases.create(BOB, host_request("b", T0, T0 + 30 * MINUTE))
+    lease = leases.create(ALICE, host_request("l", T0, T0 + 2 * HOUR))
+    manager.run_due()
+    (mine,) = hosts_of(leases.get(ALICE, lease.id))
+    clock.set(T0 + HOUR)
+    manager.run_due()  # Bob's lease has ended: his host is free from T0 + 30 min on
+    rid = lease.reservations[0].id
+
+    def grow(count: int) -> list[tuple[int, dt.datetime, dt.datetime]]:
+        more = ReservationRequest(None, {"min": count, "max": count}, rid)
+        grown = leases.update(ALICE, lease.id, LeaseChanges(reservations=[more]))
+        dates = sorted(
+            (a.start_date, a.host_id, a.end_date) for a in grown.reservations[0].allocations
+        )
+        shown = leases.get(ALICE, lease.id).reservations[0].allocations
+        assert sorted((a.start_date, a.host_id, a.end_date) for a in shown) == dates
+        return dates
+
+    second = grow(2)
+    assert [(s, e) for s, _, e in second] == [(T0, T0 + 2 * HOUR), (T0 + HOUR, T0 + 2 * HOUR)]
+    assert second[0][1] == mine
+    clock.set(T0 + 90 * MINUTE)
+    third = grow(3)  # Bob's host, busy before now, is taken
+    assert third[:2] == second
+    assert third[2][0] == T0 + 90 * MINUTE and third[2][2] == T0 + 2 * HOUR
+
+
 def test_deleting_an_active_lease_ends_it_now_and_frees_its_hosts(
     ctx: ServiceContext, hosts: HostService, leases: LeaseService, clock: ManualClock
 ) -> None:

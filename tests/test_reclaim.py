@@ -438,8 +438,11 @@ def test_a_best_effort_lease_reclaims_a_host_by_moving_another_projects_instance
     assert cloud.leases.get(BOB, cloud.instance_lease).status == "ACTIVE"
     # Bob's moved lease is a lease like any other: it may be extended where it now runs.
     cloud.leases.update(BOB, cloud.instance_lease, LeaseChanges(end=T0 + 6 * HOUR))
-    [(host, _, end)] = cloud.placements(cloud.instance_lease)  # the window is placed anew
-    assert (host, end) == (cloud.plain, T0 + 6 * HOUR)
+    # Its past on gpu-0 stays; where it runs now goes on to the new end.
+    assert cloud.placements(cloud.instance_lease) == [
+        (cloud.gpu[0], T0, now),
+        (cloud.plain, now, T0 + 6 * HOUR),
+    ]
 
 
 def test_without_enough_candidates_the_lease_keeps_waiting_and_nothing_moves(

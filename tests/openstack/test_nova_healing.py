@@ -15,6 +15,7 @@ from typing import Any
 import kombu
 from sqlalchemy import select
 
+from climate import wire
 from climate.backends.base import Timeboxed
 from climate.backends.openstack.placement import resource_class
 from climate.db.tables import Host, HostAllocation
@@ -241,6 +242,10 @@ def test_a_compute_forced_down_heals_its_instance_reservation_onto_a_spare(
                 assert cloud.compute.get_server(second.id).compute_host == spare
                 shown = leases.get(actor, lease.id)
                 assert not shown.degraded and shown.reservations[0].resources_changed
+                spare_id = str(_host_id(ctx, spare))
+                assert wire.reservation(shown.reservations[0])["hosts"] == [
+                    {"host_id": spare_id, "count": 1}
+                ]
             wait_for(lambda: hosts.get(ADMIN, str(_host_id(ctx, failing))).health == "up", 10)
         finally:
             monitor.stop()

@@ -70,6 +70,36 @@ def test_a_host_with_servers_is_refused_as_blazar_refuses_it(
         cloud.compute.delete_flavor(flavor)
 
 
+def test_a_host_with_servers_is_not_deleted_as_blazar_refuses_it(
+    climate: Any, cloud: Any, openstack_env: dict[str, str]
+) -> None:
+    """A server booted on an enrolled host by forcing it there (``nova:<host>`` skips the
+    scheduler's filters, BlazarFilter too, as an admin may): the host is not deleted (409
+    naming the server) and stays in the freepool; once the server is gone it is deleted."""
+    ctx, backend = climate
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    host = hosts.create(ADMIN, "compute2", {})
+    flavor = cloud.compute.create_flavor(
+        name=f"climate-{uuid.uuid4().hex[:6]}", vcpus=1, ram=256, disk=1
+    )
+    server = boot(
+        cloud, openstack_env["OSTEST_IMAGE_ID"], flavor.id, availability_zone="nova:compute2"
+    )
+    try:
+        assert cloud.compute.get_server(server.id).compute_host == "compute2"
+        with pytest.raises(Conflict, match=rf"^Servers \[{server.id}\] found for host compute2$"):
+            hosts.delete(ADMIN, str(host.id))
+        assert [h.id for h in hosts.list_all(ADMIN)] == [host.id]
+        assert aggregate(cloud, ctx.settings.freepool_name).hosts == ["compute2"]
+    finally:
+        cloud.compute.delete_server(server)
+        cloud.compute.wait_for_delete(server, wait=60)
+        cloud.compute.delete_flavor(flavor)
+    hosts.delete(ADMIN, str(host.id))
+    assert list(hosts.list_all(ADMIN)) == []
+    assert "compute2" not in (aggregate(cloud, ctx.settings.freepool_name).hosts or [])
+
+
 def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
     climate: Any, lessee: tuple[Actor, Any], clock: ManualClock
 ) -> None:
@@ -84,15 +114,52 @@ def test_a_running_host_lease_that_grows_gets_its_new_host_in_its_aggregate(
     try:
         manager.run_due()
         assert len(aggregate(backend.conn, reservation.id).hosts) == 1
+        clock.advance(dt.timedelta(minutes=10))
         grow = ReservationRequest(None, {"min": 2, "max": 2}, reservation.id)
         ReservationActionService(ctx, backend).update_lease(
             actor, lease.id, LeaseChanges(reservations=[grow])
         )
         assert sorted(aggregate(backend.conn, reservation.id).hosts) == ["compute1", "compute2"]
         assert aggregate(backend.conn, ctx.settings.freepool_name).hosts == []
+        # The host added is held from when it was handed over, not from the lease's start.
+        held = LeaseService(ctx).get(actor, lease.id).reservations[0].allocations
+        assert sorted(a.start_date for a in held) == [lease.start_date, clock.now()]
     finally:
         clock.set(lease.end_date)
         manager.run_due()
+
+
+def test_a_running_instance_reservation_that_grows_holds_its_new_slot_from_then_on(
+    climate: Any, cloud: Any, lessee: tuple[Actor, Any], clock: ManualClock
+) -> None:
+    """amount 1 -> 2 on a running anti-affinity reservation: the second host joins its
+    aggregate with the reservation's inventory, and its allocation starts when it was added."""
+    ctx, backend = climate
+    actor, _ = lessee
+    hosts = HostService(ctx, Timeboxed(backend, 60))
+    for name in ("compute1", "compute2"):
+        hosts.create(ADMIN, name, {})
+    fields = {"amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": False}
+    lease = lease_now(ctx, clock, actor, "virtual:instance", name="grows", **fields)
+    rid = lease.reservations[0].id
+    manager = Manager(ctx, backend)
+    try:
+        manager.run_due()
+        assert len(aggregate(cloud, rid).hosts) == 1
+        clock.advance(dt.timedelta(minutes=10))
+        grow = ReservationRequest(None, {"amount": 2}, rid)
+        ReservationActionService(ctx, backend).update_lease(
+            actor, lease.id, LeaseChanges(reservations=[grow])
+        )
+        assert sorted(aggregate(cloud, rid).hosts) == ["compute1", "compute2"]
+        shown = LeaseService(ctx).get(actor, lease.id).reservations[0]
+        held = shown.instance_allocations
+        assert sorted(a.start_date for a in held) == [lease.start_date, clock.now()]
+        assert sorted(h["count"] for h in wire.reservation(shown)["hosts"]) == [1, 1]
+    finally:
+        clock.set(lease.end_date)
+        manager.run_due()
+    assert aggregate(cloud, rid) is None
 
 
 def test_enrolment_reads_the_zone_and_cpu_info_a_blazar_lease_may_ask_for(

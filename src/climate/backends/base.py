@@ -127,10 +127,13 @@ class Enrol:
 @dataclass(frozen=True)
 class Withdraw:
     """A registered resource deleted from Climate (``blazar host-delete``): the world stops
-    offering it for reservations (a host leaves the freepool). A no-op when it is gone."""
+    offering it for reservations (a host leaves the freepool). A no-op when it is gone. With
+    ``vacant``, ``ResourceInUse`` (nothing changed) when something runs on it (as Blazar
+    refuses to delete a host with servers)."""
 
     resource_type: str
     name: str
+    vacant: bool = False
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,8 @@ class UnknownResource(LookupError):
 
 
 class ResourceInUse(RuntimeError):
-    """``Enrol(vacant=True)`` of a resource something runs on (the API answers 409)."""
+    """``Enrol`` or ``Withdraw`` (``vacant=True``) of a resource something runs on (the API
+    answers 409)."""
 
 
 class BackendTimeout(TimeoutError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, TypeVarTuple
 
 from sqlalchemy import (
@@ -123,27 +123,41 @@ def replace(
     end: dt.datetime,
     *,
     fresh: bool = False,
+    since: dt.datetime | None = None,
+    starts: Mapping[int, dt.datetime] | None = None,
 ) -> list[Any]:
     """Give the reservation exactly ``resource_ids`` (values of the allocation table's
-    ``resource`` column) over [start, end) (``fresh``: it holds none yet); returns the new rows
-    as objects outside the session (Core statements: no flush, no reload)."""
+    ``resource`` column) over [start, end) (``fresh``: it holds none yet); returns its rows
+    as objects outside the session (Core statements: no flush, no reload).
+
+    ``since``: the reservation runs and is changed at ``since``. Its rows that ended by then
+    (its past, such as a failed host's before healing) stay; a resource it held keeps its start
+    (``starts``, from its rows as they were), and one it gains is held from ``since``, not from
+    before it was added."""
     model: Any = resource.class_
     table = table_of(model)
-    if not fresh:
-        session.execute(delete(table).where(table.c.reservation_id == reservation_id))
+    mine = table.c.reservation_id == reservation_id
+    kept: list[dict[str, Any]] = []
+    if since is not None:
+        past = select(table).where(mine, table.c.end_date <= since)
+        kept = [dict(row) for row in session.execute(past).mappings()]
+        session.execute(delete(table).where(mine, table.c.end_date > since))
+    elif not fresh:
+        session.execute(delete(table).where(mine))
+    gained = start if since is None else max(start, since)
     rows = [
         {
             "id": new_id(),
             "reservation_id": reservation_id,
             "lease_id": lease_id,
             resource.key: resource_id,
-            "start_date": start,
+            "start_date": (starts or {}).get(resource_id, gained),
             "end_date": end,
         }
         for resource_id in sorted(resource_ids)
     ]
     raw.write(session, _insert_into(table), rows)
-    return [built(model, **row) for row in rows]
+    return [built(model, **row) for row in [*kept, *rows]]
 
 
 @functools.cache

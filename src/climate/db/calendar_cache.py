@@ -25,7 +25,7 @@ import datetime as dt
 import logging
 import math
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
@@ -101,6 +101,8 @@ class AllocationStore(Protocol):
         end: dt.datetime,
         *,
         fresh: bool = False,
+        since: dt.datetime | None = None,
+        starts: Mapping[int, dt.datetime] | None = None,
     ) -> Sequence[Any]: ...
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None: ...
@@ -139,9 +141,19 @@ class HostAllocations:
         end: dt.datetime,
         *,
         fresh: bool = False,
+        since: dt.datetime | None = None,
+        starts: Mapping[int, dt.datetime] | None = None,
     ) -> Sequence[Any]:
         return host_rows.replace_allocations(
-            session, reservation_id, lease_id, resource_ids, start, end, fresh=fresh
+            session,
+            reservation_id,
+            lease_id,
+            resource_ids,
+            start,
+            end,
+            fresh=fresh,
+            since=since,
+            starts=starts,
         )
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:
@@ -352,9 +364,13 @@ class CalendarCache:
         end: dt.datetime,
         *,
         fresh: bool = False,
+        since: dt.datetime | None = None,
+        starts: Mapping[int, dt.datetime] | None = None,
     ) -> list[Any]:
         """Give ``reservation_id`` exactly ``host_ids`` (or items) over [start, end), in the
-        database and here (``fresh``: it holds nothing yet); returns the new allocations.
+        database and here (``fresh``: it holds nothing yet); returns its allocations.
+        ``since``: it runs and is changed then (``db.allocations.replace``: its past stays, what
+        it gains is held from ``since``).
 
         :raises locking.Contended: a shared admission (``db/locking.py``) chose a resource
             another transaction holds, or the database refused an overlap (PostgreSQL's
@@ -368,7 +384,15 @@ class CalendarCache:
         try:
             rows = list(
                 self._store.replace(
-                    session, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+                    session,
+                    reservation_id,
+                    lease_id,
+                    host_ids,
+                    start,
+                    end,
+                    fresh=fresh,
+                    since=since,
+                    starts=starts,
                 )
             )
         except IntegrityError as error:
@@ -377,6 +401,9 @@ class CalendarCache:
             self._overlap_refused(session, host_ids)
             refused = f"{self._store.name} {sorted(host_ids)}: {error.orig}"
             raise locking.Contended(refused) from error
+        if since is not None:  # rows of their own dates: as the database now has them
+            self._take(session, [reservation_id], log=True)
+            return rows
         new = [Span(h, seconds(start), seconds(end), reservation_id) for h in host_ids]
         self._swap(session, reservation_id, new, lease_id=lease_id)
         return rows

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -213,11 +213,23 @@ def replace_allocations(
     end: dt.datetime,
     *,
     fresh: bool = False,
+    since: dt.datetime | None = None,
+    starts: Mapping[int, dt.datetime] | None = None,
 ) -> list[HostAllocation]:
     """Give the reservation exactly ``host_ids`` over [start, end) (``fresh``: it holds none
-    yet); returns the new rows as objects outside the session."""
+    yet; ``since``: it runs, see ``db.allocations.replace``); returns its rows as objects
+    outside the session."""
     return allocation_rows.replace(
-        session, HostAllocation.host_id, reservation_id, lease_id, host_ids, start, end, fresh=fresh
+        session,
+        HostAllocation.host_id,
+        reservation_id,
+        lease_id,
+        host_ids,
+        start,
+        end,
+        fresh=fresh,
+        since=since,
+        starts=starts,
     )
 
 

@@ -90,12 +90,31 @@ def replace(
     size: tuple[int, int, int],
     start: dt.datetime,
     end: dt.datetime,
+    *,
+    since: dt.datetime | None = None,
 ) -> list[InstanceAllocation]:
     """Give the reservation ``placement`` (instances per host) of ``size`` each over
-    [start, end), and nothing else; returns the rows as objects outside the session."""
-    session.execute(
-        delete(InstanceAllocation).where(InstanceAllocation.reservation_id == reservation_id)
-    )
+    [start, end), and nothing else; returns its rows as objects outside the session.
+
+    ``since``: the reservation runs and is changed at ``since``. Its rows that ended by then
+    (where instances ran before healing or a reclaim moved them) stay, the instances it holds
+    keep their rows' starts (to ``end`` now), and those it gains are held from ``since``."""
+    row = InstanceAllocation
+    mine = row.reservation_id == reservation_id
+    held: dict[int, int] = {}
+    if since is None:
+        session.execute(delete(row).where(mine))
+    else:
+        running = mine & (row.end_date > since)
+        for host_id, count in session.execute(select(row.host_id, row.count).where(running)):
+            held[host_id] = held.get(host_id, 0) + count
+        gone = [h for h in held if placement.get(h, 0) < held[h]]
+        if gone:  # a running reservation never shrinks: only in case, they end now
+            session.execute(
+                update(row).where(running, row.host_id.in_(gone)).values(end_date=since)
+            )
+            held = {h: c for h, c in held.items() if h not in gone}
+        session.execute(update(row).where(running).values(end_date=end))
     vcpus, memory_mb, disk_gb = size
     rows = [
         {
@@ -103,19 +122,23 @@ def replace(
             "reservation_id": reservation_id,
             "lease_id": lease_id,
             "host_id": host_id,
-            "count": count,
-            "vcpus": vcpus * count,
-            "memory_mb": memory_mb * count,
-            "disk_gb": disk_gb * count,
-            "start_date": start,
+            "count": count - held.get(host_id, 0),
+            "vcpus": vcpus * (count - held.get(host_id, 0)),
+            "memory_mb": memory_mb * (count - held.get(host_id, 0)),
+            "disk_gb": disk_gb * (count - held.get(host_id, 0)),
+            "start_date": start if since is None else max(start, since),
             "end_date": end,
         }
         for host_id, count in sorted(placement.items())
-        if count > 0
+        if count > held.get(host_id, 0)
     ]
+    table = table_of(InstanceAllocation)
     if rows:
-        session.execute(insert(table_of(InstanceAllocation)), rows)
-    return [built(InstanceAllocation, **row) for row in rows]
+        session.execute(insert(table), rows)
+    if since is None:
+        return [built(InstanceAllocation, **r) for r in rows]
+    written = session.execute(select(table).where(table.c.reservation_id == reservation_id))
+    return [built(InstanceAllocation, **r) for r in written.mappings()]
 
 
 def truncate(session: Session, reservation_id: str, at: dt.datetime) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -167,9 +167,12 @@ class ItemAllocations:
         end: dt.datetime,
         *,
         fresh: bool = False,
+        since: dt.datetime | None = None,
+        starts: Mapping[int, dt.datetime] | None = None,
     ) -> list[ItemAllocation]:
         """Give the reservation exactly ``item_ids`` over [start, end) (``fresh``: it holds
-        none yet); returns the new rows as objects outside the session."""
+        none yet; ``since``: it runs, see ``db.allocations.replace``); returns its rows as
+        objects outside the session."""
         return allocation_rows.replace(
             session,
             ItemAllocation.item_id,
@@ -179,6 +182,8 @@ class ItemAllocations:
             start,
             end,
             fresh=fresh,
+            since=since,
+            starts=starts,
         )
 
     def truncate(self, session: Session, reservation_id: str, at: dt.datetime) -> None:

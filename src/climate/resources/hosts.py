@@ -253,9 +253,17 @@ class PhysicalHostType(ResourceType, WholeHosts):
             session, params["hypervisor_properties"], params["resource_properties"]
         )
         held = frozenset(current_hosts(reservation))
-        calendars = self.view(session, params, start, end, [reservation.id])
+        # A running lease changed: what it holds keeps its dates and a host it gains is held
+        # from now (as healing dates a spare), so it need only be free from now on.
+        since = now if active and now is not None and start < now < end else None
+        starts: dict[int, dt.datetime] = {}
+        if since is not None:
+            for a in reservation.allocations:
+                if a.host_id in held and a.end_date > since:
+                    starts[a.host_id] = min(a.start_date, starts.get(a.host_id, a.start_date))
+        calendars = self.view(session, params, since or start, end, [reservation.id])
         demand = HostDemand(
-            start=start,
+            start=since or start,
             end=end,
             min=params["min"],
             max=params["max"],
@@ -269,7 +277,7 @@ class PhysicalHostType(ResourceType, WholeHosts):
             # Late binding: pending leases may exchange hosts for equivalent ones to make room.
             if now is None:
                 raise
-            busy = self.calendar.taken(session, matching, start, end, [reservation.id])
+            busy = self.calendar.taken(session, matching, demand.start, end, [reservation.id])
             if Database.shares(session):
                 # Moving other leases is for the exclusive mode, which stops every admission
                 # while it runs: a search that finds no moves refuses here, beside the others.
@@ -279,14 +287,24 @@ class PhysicalHostType(ResourceType, WholeHosts):
             if held:
                 # Moves may hand this reservation's old hosts to others: give them up first, as
                 # the planner already assumes (PostgreSQL checks overlaps statement by statement).
-                self.calendar.replace(session, reservation.id, reservation.lease_id, [], start, end)
+                self.calendar.replace(
+                    session, reservation.id, reservation.lease_id, [], start, end, since=since
+                )
                 vacated = True
             if not self._repack(session, reservation, demand, matching, now, busy):
                 raise
-            calendars = self.view(session, params, start, end, [reservation.id])
+            calendars = self.view(session, params, demand.start, end, [reservation.id])
             chosen = choose_hosts(demand, calendars)
         allocations = self.calendar.replace(
-            session, reservation.id, reservation.lease_id, chosen, start, end, fresh=vacated
+            session,
+            reservation.id,
+            reservation.lease_id,
+            chosen,
+            start,
+            end,
+            fresh=vacated and since is None,
+            since=since,
+            starts=starts,
         )
         # The reservation may not be in the session (a new lease is written with Core inserts).
         set_committed_value(reservation, "allocations", allocations)

@@ -102,9 +102,25 @@ def enforcement(reservation: ReservationView) -> dict[str, Any]:
             reservation.params.get("server_group_id") or uuid.uuid5(SERVER_GROUPS, reservation.id)
         ),
         "hosts": [
-            {"host_id": str(a.host_id), "count": a.count} for a in reservation.instance_allocations
+            {"host_id": str(host_id), "count": count}
+            for host_id, count in held_to_the_end(reservation).items()
         ],
     }
+
+
+def held_to_the_end(reservation: ReservationView) -> dict[int, int]:
+    """Instances per host (by host id) the reservation holds to its end. Healing leaves a
+    failed host the allocation of its past, which ends before the others, and adds the
+    instances placed elsewhere as rows of their own (one more on a host it held already)."""
+    rows = reservation.instance_allocations
+    if not rows:
+        return {}
+    last = max(a.end_date for a in rows)
+    counts: dict[int, int] = {}
+    for a in rows:
+        if a.end_date == last:
+            counts[a.host_id] = counts.get(a.host_id, 0) + a.count
+    return dict(sorted(counts.items()))
 
 
 class InstanceType(ResourceType, SharedHosts):
@@ -213,13 +229,21 @@ class InstanceType(ResourceType, SharedHosts):
         held = reservation.instance_allocations
         # Rows that ended before now are where instances ran before a reclaim moved them.
         running = [a for a in held if now is None or a.end_date > now]
-        keep = {a.host_id: a.count for a in running} if active else {}
+        keep: dict[int, int] = {}
+        for a in running if active else ():  # healing may add a row on a host it holds
+            keep[a.host_id] = keep.get(a.host_id, 0) + a.count
         if keep and any(Size(a.vcpus, a.memory_mb, a.disk_gb) != size.times(a.count) for a in held):
             raise Conflict("vcpus: a running instance reservation changes only its amount")
+        # A running lease changed: its instances keep their dates and those it gains are held
+        # from now (as healing dates them), so they need room from now on only.
+        since = now if active and now is not None and start < now < end else None
         hosts = self._hosts(session, params["resource_properties"])
-        demand = InstanceDemand(start, end, params["amount"], size, params["affinity"], keep)
+        demand = InstanceDemand(
+            since or start, end, params["amount"], size, params["affinity"], keep
+        )
         check_possible(demand, hosts)
-        placement = place(demand, self._rooms(session, hosts, reservation.id, start, end))
+        rooms = self._rooms(session, hosts, reservation.id, since or start, end)
+        placement = place(demand, rooms)
         before = {a.host_id for a in held}
         rows = instance_rows.replace(
             session,
@@ -229,6 +253,7 @@ class InstanceType(ResourceType, SharedHosts):
             size.as_tuple(),
             start,
             end,
+            since=since,
         )
         self.changed(session, before | set(placement))
         # The reservation may not be in the session (a new lease is written with Core inserts).
@@ -335,9 +360,12 @@ class InstanceType(ResourceType, SharedHosts):
         session.refresh(reservation, ["instance_allocations"])
 
     def resource_ids(self, reservation: Reservation) -> list[str]:
-        """One id per instance slot: the host's id and the slot's number on it."""
+        """One id per instance slot it holds to its end: the host's id and the slot's number
+        on it."""
         return [
-            f"{a.host_id}:{n}" for a in reservation.instance_allocations for n in range(a.count)
+            f"{host_id}:{n}"
+            for host_id, count in held_to_the_end(reservation).items()
+            for n in range(count)
         ]
 
     def sized_hosts(self, session: Session, resource_properties: str) -> list[HostRoom]:

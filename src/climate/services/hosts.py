@@ -189,8 +189,9 @@ class HostService:
             return host
 
     def delete(self, actor: Actor, host_id: str) -> None:
-        """Remove a host, refused (409, naming the leases) while it has current or future use;
-        the backend's cloud stops offering it (``Withdraw``: out of the freepool)."""
+        """Remove a host, refused (409, naming the leases) while it has current or future use,
+        or (409, naming them) while the cloud runs servers on it, as Blazar; the backend's cloud
+        stops offering it (``Withdraw``: out of the freepool)."""
         self.ctx.policy.enforce(actor, "blazar:oshosts:delete")
         now = self.ctx.clock.now()
         with self.ctx.db.transaction(lock=ADMISSION_LOCK) as session:
@@ -219,12 +220,15 @@ class HostService:
         """The backend's cloud stops offering host ``name`` (it leaves the freepool). Called
         last in the delete's transaction: a failure rolls the delete back.
 
+        :raises Conflict: servers run on it (as Blazar's HostHavingServers).
         :raises BackendError: the cloud failed or did not answer in time.
         """
         if self.backend is None:
             return
         try:
-            self.backend.one(Withdraw("physical:host", name))
+            self.backend.one(Withdraw("physical:host", name, vacant=True))
+        except ResourceInUse as exc:
+            raise Conflict(str(exc)) from exc
         except Exception as exc:
             raise BackendError(
                 f"host {name}: backend {self.backend.name} failed to withdraw it: {exc}"

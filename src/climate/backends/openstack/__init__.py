@@ -229,12 +229,7 @@ class OpenStackBackend(Backend):
             raise UnknownResource(f"Nova has no hypervisor named {action.name!r}")
         service_host = str(hypervisor["service"]["host"])
         if action.vacant:
-            running = [
-                s.id
-                for s in self.conn.compute.servers(all_projects=True, compute_host=service_host)
-            ]
-            if running:
-                raise ResourceInUse(f"Servers [{', '.join(running)}] found for host {action.name}")
+            self._refuse_servers(action.name, service_host)
         fields: dict[str, Any] = {
             "vcpus": hypervisor.get("vcpus"),
             "memory_mb": hypervisor.get("memory_mb"),
@@ -258,12 +253,23 @@ class OpenStackBackend(Backend):
             self.conn.compute.add_host_to_aggregate(freepool, service_host)
         return Inspected({k: v for k, v in fields.items() if v is not None}, properties)
 
+    def _refuse_servers(self, name: str, service_host: str) -> None:
+        """:raises ResourceInUse: servers (of any project) run on the host, naming them."""
+        running = [
+            s.id for s in self.conn.compute.servers(all_projects=True, compute_host=service_host)
+        ]
+        if running:
+            raise ResourceInUse(f"Servers [{', '.join(running)}] found for host {name}")
+
     def _withdraw(self, action: Withdraw) -> None:
-        """The host out of the freepool: BlazarFilter then lets unhinted boots on it again."""
+        """The host out of the freepool: BlazarFilter then lets unhinted boots on it again.
+        With ``vacant``, refused first if servers run on it, as Blazar's delete_computehost."""
         if action.resource_type != HOSTS:
             return
         hypervisor = find_hypervisor(self.conn, action.name)
         host = str(hypervisor["service"]["host"]) if hypervisor is not None else action.name
+        if action.vacant and hypervisor is not None:
+            self._refuse_servers(action.name, host)
         freepool = self.aggregates.find(self.config.freepool_name)
         if freepool is not None and host in (freepool.hosts or []):
             self.aggregates.remove_host(freepool, host)

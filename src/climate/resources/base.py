@@ -43,11 +43,11 @@ class ResourceType(abc.ABC):
     """The backend makes things in the lessee's project for it (an instance reservation's
     server group): a lease of this type carries a Keystone trust (``ServiceContext.delegate``)."""
     wire: ClassVar[WireFields | None] = None
+    """Its reservation fields on the wire, for the API's document (None: not described)."""
     fields: ClassVar[frozenset[str]]
     """The reservation fields this type takes (``resource_type`` and ``id`` aside). Others are
     ignored, not stored: Blazar's plugins read only theirs, and the blazar CLI and scripts may
     send more."""
-    """Its reservation fields on the wire, for the API's document (None: not described)."""
     books_per_resource: ClassVar[bool] = False
     """A new reservation can be admitted beside other admissions in the shared mode
     (``db/locking.py``): ``admit`` then locks the resources it books and raises
@@ -123,6 +123,15 @@ def in_request(index: int, bad: InvalidInput) -> InvalidInput:
 COUNT_TOO_SMALL = "Malformed parameter min and max (must be greater than or equal to 1)"
 INVALID_RANGE = "Invalid values for min/max of hosts. Max must be equal to or larger than min."
 """Blazar's words for a count range's bounds (its host plugin's)."""
+
+
+def changed_while_running(
+    active: bool, now: dt.datetime | None, start: dt.datetime, end: dt.datetime
+) -> dt.datetime | None:
+    """``now`` when a running reservation over [start, end) is being changed, else None: what
+    it holds keeps its dates, and what it gains is held from ``now``, as healing dates a spare,
+    so it need only be free from then on."""
+    return now if active and now is not None and start < now < end else None
 
 
 def int_field(

@@ -42,6 +42,7 @@ from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
     before_end_field,
+    changed_while_running,
     int_field,
     merged_fields,
     policy_fields,
@@ -253,9 +254,7 @@ class PhysicalHostType(ResourceType, WholeHosts):
             session, params["hypervisor_properties"], params["resource_properties"]
         )
         held = frozenset(current_hosts(reservation))
-        # A running lease changed: what it holds keeps its dates and a host it gains is held
-        # from now (as healing dates a spare), so it need only be free from now on.
-        since = now if active and now is not None and start < now < end else None
+        since = changed_while_running(active, now, start, end)
         starts: dict[int, dt.datetime] = {}
         if since is not None:
             for a in reservation.allocations:

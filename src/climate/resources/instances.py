@@ -42,6 +42,7 @@ from climate.resources.base import (
     POLICY_FIELDS,
     ResourceType,
     before_end_field,
+    changed_while_running,
     int_field,
     merged_fields,
     policy_fields,
@@ -234,9 +235,7 @@ class InstanceType(ResourceType, SharedHosts):
             keep[a.host_id] = keep.get(a.host_id, 0) + a.count
         if keep and any(Size(a.vcpus, a.memory_mb, a.disk_gb) != size.times(a.count) for a in held):
             raise Conflict("vcpus: a running instance reservation changes only its amount")
-        # A running lease changed: its instances keep their dates and those it gains are held
-        # from now (as healing dates them), so they need room from now on only.
-        since = now if active and now is not None and start < now < end else None
+        since = changed_while_running(active, now, start, end)
         hosts = self._hosts(session, params["resource_properties"])
         demand = InstanceDemand(
             since or start, end, params["amount"], size, params["affinity"], keep
